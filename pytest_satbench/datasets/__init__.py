@@ -1,0 +1,2 @@
+"""Benchmark declarations, one small module per family. Each module registers its
+benchmarks with `pytest_satbench.registry.register` on import."""

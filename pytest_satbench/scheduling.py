@@ -1,0 +1,130 @@
+"""Look-ahead: keep the servers busy while pytest runs items one at a time.
+
+pytest runs items sequentially and reports them in order. A feeder thread walks the items
+that will run next (in order) and submits up to `window` of them to the runner ahead of
+time, so by the time pytest reaches an item its answers are usually there. Items whose
+answers are all stored complete at once and cost no request.
+
+Memory stays bounded by the window, not by the number of selected items: the feeder holds
+at most `window` unconsumed results (the seed queued the whole dataset in its thread pool).
+
+Under pytest-xdist the items a worker will run are the ones the controller has sent it;
+`worker_upcoming` reads that queue, so look-ahead works per worker too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_CLAIMED = object()  # the item asked for its result before the feeder reached it
+
+
+class LookAhead(Generic[T, R]):
+    """Submits upcoming items ahead of time and hands each its future when it runs."""
+
+    def __init__(
+        self,
+        upcoming: Iterable[T],
+        submit: Callable[[T], Future[R]],
+        key: Callable[[T], str],
+        window: int,
+    ) -> None:
+        self._upcoming = upcoming
+        self._submit = submit
+        self._key = key
+        self._slots = threading.Semaphore(max(1, window))
+        self._state: dict[str, Any] = {}  # key -> Future (submitted ahead) or _CLAIMED
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.submitted_ahead = 0
+        self.submitted_on_demand = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._feed, name="satbench-lookahead", daemon=True)
+        self._thread.start()
+
+    def _feed(self) -> None:
+        try:
+            for item in self._upcoming:
+                # wait for a free slot, but wake up promptly when stopped
+                while not self._slots.acquire(timeout=0.1):
+                    if self._stop.is_set():
+                        return
+                if self._stop.is_set():
+                    self._slots.release()
+                    return
+                k = self._key(item)
+                with self._lock:
+                    if k in self._state:  # already claimed by its runner; nothing to do
+                        if self._state[k] is _CLAIMED:
+                            del self._state[k]
+                        self._slots.release()
+                        continue
+                    fut = self._submit(item)
+                    self._state[k] = fut
+                    self.submitted_ahead += 1
+        except Exception:  # the feeder is an optimisation: items still run on demand
+            return
+
+    def result(self, item: T, timeout: float | None = None) -> R:
+        """The item's result, submitting it now if the feeder has not reached it yet."""
+        k = self._key(item)
+        with self._lock:
+            got = self._state.pop(k, None)
+            ahead = isinstance(got, Future)
+            if not ahead:
+                self._state[k] = _CLAIMED
+        if ahead:
+            try:
+                return got.result(timeout)
+            finally:
+                self._slots.release()
+        self.submitted_on_demand += 1
+        return self._submit(item).result(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            pending = [f for f in self._state.values() if isinstance(f, Future)]
+            self._state.clear()
+        for fut in pending:
+            fut.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+
+def worker_upcoming(
+    queue_snapshot: Callable[[], list[Any] | None],
+    items: list[T],
+    stopped: Callable[[], bool],
+    poll: float = 0.02,
+) -> Iterator[T]:
+    """Upcoming items of an xdist worker, read from its queue of received indices.
+
+    `queue_snapshot` returns the indices queued on the worker (None when the worker's queue
+    is unreachable, which ends look-ahead: items then run on demand). Indices are yielded
+    once each, in the order received; the generator ends at the shutdown marker.
+    """
+    seen: set[int] = set()
+    while not stopped():
+        snap = queue_snapshot()
+        if snap is None:
+            return
+        fresh = False
+        for idx in snap:
+            if not isinstance(idx, int):
+                return  # the shutdown marker: nothing more will come
+            if idx not in seen:
+                seen.add(idx)
+                fresh = True
+                yield items[idx]
+        if not fresh:
+            time.sleep(poll)

@@ -1,0 +1,357 @@
+"""The plugin's state for one pytest run: settings, servers, images, store, look-ahead.
+
+Registered as a plugin object by `plugin.py` (the pytest-xdist / pytest-benchmark
+pattern), so its hooks are methods and nothing lives in module globals. On an xdist
+controller it only collects reports and renders the summary; items run on the workers.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import registry
+from .answering import ItemResult, Job, QuestionRunner
+from .codecs.base import build_codecs
+from .collection import (
+    QuestionFailed,
+    QuestionItem,
+    benchmark_of,
+    keyword_could_match,
+    make_items,
+)
+from .fingerprint import AskSettings
+from .images import ImagePipeline
+from .options import Settings
+from .outcomes import (
+    ERROR,
+    REGRESSED,
+    classify,
+    failure_message,
+    payload,
+    regression_message,
+    teststatus,
+)
+from .question import Question
+from .registry import DatasetError, LoadRequest
+from .scheduling import LookAhead, worker_upcoming
+from .scoring import ScoreOptions
+from .store import ResultStore
+from .summary import SummaryCollector
+
+
+class DatasetErrorItem(pytest.Item):
+    """Stands in for a benchmark whose files are malformed: one failed item with the
+    one-line reason, so the other benchmarks still run."""
+
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        raise QuestionFailed(self.message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.name
+
+
+class SatbenchSession:
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.is_worker = hasattr(config, "workerinput")
+        self.summary = SummaryCollector(settings)
+        self.left_out: list[str] = []
+        self.not_loaded: list[str] = []
+        self._runtime: _Runtime | None = None
+        self._builtin = None
+        self._results: dict[str, ItemResult] = {}
+
+    # ------------------------------------------------------------------ collection
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pycollect_makeitem(self, collector: pytest.Collector, name: str, obj: object) -> Any:
+        bench_name = benchmark_of(obj)
+        if bench_name is None:
+            return None
+        try:
+            bench = registry.get(bench_name)
+        except KeyError as exc:
+            return [DatasetErrorItem.from_parent(collector, name=name, message=str(exc.args[0]))]
+        if not self._keyword_selects(collector, name):
+            self.not_loaded.append(bench_name)
+            return []
+        if bench.prepare is not None:
+            root = bench.prepare(self._cache_dir("satbench-data"))
+        else:
+            if self.settings.data_root is None:
+                self._leave_out(f"{bench_name} left out: no data root; pass --data-root or set SATBENCH_DATA_ROOT")
+                return []
+            root = self.settings.data_root
+        missing = bench.missing(root)
+        if missing:
+            src = f" (data root from {self.settings.data_root_source})" if self.settings.data_root_source else ""
+            self._leave_out(f"{bench_name} left out: {missing[0]} not found{src}")
+            return []
+        try:
+            questions = list(bench.load(LoadRequest(root, self.settings.limit)))
+        except DatasetError as exc:
+            return [DatasetErrorItem.from_parent(collector, name=name, message=str(exc))]
+        return make_items(collector, name, questions)
+
+    def _keyword_selects(self, collector: pytest.Collector, name: str) -> bool:
+        keyword = self.config.option.keyword
+        if not keyword:
+            return True
+        own = [name]
+        node: Any = collector
+        while node is not None and not isinstance(node, pytest.Session):
+            if not (isinstance(node, pytest.Directory) and isinstance(node.parent, pytest.Session)):
+                own.append(node.name)
+            node = node.parent
+        others = [f"test_{b}" for b in registry.all_benchmarks() if f"test_{b}" != name]
+        return keyword_could_match(keyword, own, others)
+
+    def _leave_out(self, line: str) -> None:
+        self.left_out.append(line)
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and not self.is_worker:
+            reporter.write_line(f"satbench: {line}", yellow=True)
+
+    def _cache_dir(self, name: str) -> Path:
+        cache = getattr(self.config, "cache", None)
+        if cache is not None:
+            return Path(cache.mkdir(name))
+        path = Path(self.config.rootpath) / ".satbench" / name  # -p no:cacheprovider
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # 222k collected items are never freed before the end: keep the cyclic GC off them.
+        if len(session.items) > 10_000:
+            gc.collect()
+            gc.freeze()
+
+    # ------------------------------------------------------------------ running
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        items = [i for i in session.items if isinstance(i, QuestionItem)]
+        if items and not self._is_controller() and not session.config.option.collectonly:
+            self._runtime = _Runtime.start(self, session, items)
+        try:
+            return (yield)
+        finally:
+            if self._runtime is not None:
+                self._runtime.close()
+
+    def _is_controller(self) -> bool:
+        dsession = self.config.pluginmanager.get_plugin("dsession")
+        return dsession is not None and not self.is_worker
+
+    def run_item(self, item: QuestionItem) -> None:
+        assert self._runtime is not None, "satbench runtime not started"
+        result = self._runtime.lookahead.result(item)
+        self._results[item.nodeid] = result
+        outcome = classify(result)
+        if outcome == ERROR:
+            raise QuestionFailed(failure_message(result))
+        if outcome == REGRESSED and self.settings.fail_on == "regression":
+            raise QuestionFailed(regression_message(result))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        rep = yield
+        if call.when == "call" and isinstance(item, QuestionItem):
+            result = self._results.pop(item.nodeid, None)
+            if result is not None:
+                bench = registry.get(item.question.benchmark)
+                types = [bench.reported_type(t) for t in item.question.types]
+                rep.satbench = payload(result, types, chance(item.question))
+                rep.satbench_outcome = classify(result)
+        return rep
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
+        outcome = getattr(report, "satbench_outcome", None)
+        if outcome is None or report.when != "call":
+            return None
+        return teststatus(outcome, report.failed)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" and not self.is_worker:
+            data = getattr(report, "satbench", None)
+            if data is not None:
+                self.summary.add(data)
+
+    # ------------------------------------------------------------------ reporting
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        s = self.settings
+        if not (s.servers or s.builtin_server):
+            return []
+        servers = "builtin reference server" if s.builtin_server else ", ".join(s.servers)
+        arms = ", ".join(["orig"] + [a.canonical for a in s.arms] + (["blind"] if s.blind else []))
+        root = f"{s.data_root} ({s.data_root_source})" if s.data_root else "none"
+        return [f"satbench: servers: {servers}; arms: {arms}; data root: {root}; prompt style: {s.prompt_style}"]
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if self.is_worker:
+            return
+        self.summary.render(terminalreporter)
+        if self.not_loaded and config.option.verbose > 0:
+            terminalreporter.write_line(f"satbench: not loaded (-k selects none of their items): {', '.join(self.not_loaded)}")
+        if self.settings.export_jsonl:
+            store = ResultStore(self._cache_dir("satbench") / "results.sqlite")
+            out = Path(config.rootpath) / "reports" / "results.jsonl"
+            n = store.export_jsonl(out)
+            store.close()
+            terminalreporter.write_line(f"satbench: exported {n} stored rows to {out}")
+
+    # ------------------------------------------------------------------ xdist
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        if self._builtin is None and self.settings.builtin_server:
+            from .server import start_server
+
+            self._builtin = start_server()
+        if self._builtin is not None:
+            node.workerinput["satbench_builtin_url"] = self._builtin.url
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._builtin is not None:
+            self._builtin.close()
+
+
+def chance(q: Question) -> float | None:
+    """Probability that a uniformly random answer is right, where that is meaningful."""
+    if q.kind == "mc" and q.choices:
+        return 1.0 / len(q.choices)
+    if q.kind == "vqa" and q.answer.strip().lower() in ("yes", "no"):
+        return 0.5
+    if q.kind == "vqa" and q.answer.strip().lower() in ("rural", "urban"):
+        return 0.5
+    return None
+
+
+class _Runtime:
+    """What exists only while items run on this process: servers, codecs, store."""
+
+    def __init__(self) -> None:
+        self.lookahead: LookAhead[QuestionItem, ItemResult]
+        self.runner: QuestionRunner
+        self.pool: Any
+        self.images: ImagePipeline
+        self.store: ResultStore
+
+    @classmethod
+    def start(cls, owner: SatbenchSession, session: pytest.Session, items: list[QuestionItem]) -> _Runtime:
+        from .client import ModelMismatch, ServerPool, ServerUnavailable
+        from . import prompts
+
+        s = owner.settings
+        self = cls()
+        self.stopped = threading.Event()
+        urls = list(s.servers)
+        if s.builtin_server:
+            url = getattr(owner.config, "workerinput", {}).get("satbench_builtin_url")
+            if url is None:
+                from .server import start_server
+
+                owner._builtin = start_server()
+                url = owner._builtin.url
+            urls = [url]
+        if not urls:
+            raise pytest.UsageError(
+                "satbench: benchmark items need servers: pass --servers http://HOST:PORT[,...] or --servers builtin"
+            )
+        self.pool = ServerPool(
+            urls, timeout=s.request_timeout, retries=s.retries, concurrency=s.concurrency, api_key=s.api_key
+        )
+        try:
+            self.pool.health_check()
+            model = self.pool.resolve_model(s.model)
+        except (ServerUnavailable, ModelMismatch) as exc:
+            self.pool.close()
+            raise pytest.UsageError(f"satbench: {exc}") from None
+        owner.summary.model = model
+        self.store = ResultStore(owner._cache_dir("satbench") / "results.sqlite")
+        disk_cache = None
+        try:
+            from .diskcache import DiskCache
+
+            disk_cache = DiskCache(owner._cache_dir("satbench-recon"), max_bytes=int(os.environ.get("SATBENCH_RECON_CACHE_BYTES", 20 * 2**30)))
+        except ImportError:
+            pass
+        try:
+            codecs = build_codecs(s.arms)
+        except Exception as exc:  # a bad checkpoint: one line naming the file
+            self.pool.close()
+            raise pytest.UsageError(f"satbench: {exc}") from None
+        self.images = ImagePipeline(codecs, store=self.store, cache_images=s.cache_images, disk_cache=disk_cache)
+        settings = AskSettings(model=model, max_tokens=s.max_new, temperature=0.0, prompt_style=s.prompt_style)
+        box_grid = s.box_grid or prompts.default_box_grid(s.prompt_style)
+
+        def score_options(q: Question, size: tuple[int, int] | None) -> ScoreOptions:
+            return ScoreOptions(box_grid=box_grid, iou=s.iou, image_size=size)
+
+        self.runner = QuestionRunner(
+            pool=self.pool, images=self.images, store=self.store, settings=settings,
+            score_options=score_options, blind=s.blind, fresh=s.fresh, concurrency=s.concurrency,
+        )
+        style = s.prompt_style
+
+        def job(item: QuestionItem) -> Job:
+            return Job(item.nodeid, item.question, prompts.render(item.question, style))
+
+        upcoming: Any
+        interactor = _xdist_interactor(owner.config)
+        if interactor is not None:
+            all_items = session.items
+            wanted = {id(i) for i in items}
+
+            def snapshot() -> list[Any] | None:
+                try:
+                    with interactor.torun.lock() as queue:
+                        return list(queue)
+                except Exception:
+                    return None
+
+            upcoming = (
+                i for i in worker_upcoming(snapshot, all_items, self.stopped.is_set) if id(i) in wanted
+            )
+        else:
+            upcoming = iter(items)
+        self.lookahead = LookAhead(
+            upcoming,
+            submit=lambda item: self.runner.submit(job(item)),
+            key=lambda item: item.nodeid,
+            window=max(2 * s.concurrency, 8),
+        )
+        self.lookahead.start()
+        self.started = time.monotonic()
+        return self
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.lookahead.stop()
+        self.runner.close()
+        self.pool.close()
+        self.images.close()
+        self.store.close()
+
+
+def _xdist_interactor(config: pytest.Config) -> Any:
+    if not hasattr(config, "workerinput"):
+        return None
+    for plugin in config.pluginmanager.get_plugins():
+        if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
+            return plugin
+    return None
+

@@ -1,0 +1,666 @@
+"""Statistics for one benchmark run: accuracy, paired deltas, McNemar, coverage, chance.
+
+Input is one `QuestionRecord` per benchmark question, holding one `ArmOutcome` per arm
+("orig", each reconstruction arm, maybe "blind"). Everything here is numpy only and
+deterministic for a given seed; record order never changes a result (clusters are sorted).
+
+What is computed, and why
+-------------------------
+
+Groups. Every statistic is computed for the whole benchmark ("overall") and for each
+question type. A question with several types (LHRS-Bench) counts once in each of its
+types' tables and once overall, so per-type counts may add up to more than the total.
+
+Accuracy (`AccuracyStat`), per arm and group. ``accuracy = correct / n`` where ``n`` is
+every question of the group that has an outcome for that arm. API/transport errors,
+truncated answers and unparseable answers all stay in the denominator and count as wrong:
+dropping them would reward an arm for failing on hard questions. They are also reported
+separately so that infrastructure trouble is never mistaken for model behaviour:
+
+- ``errors``: status "error" (the request failed after retries; no answer at all);
+- ``truncated``: the answer came back but hit the token limit (finish_reason "length"),
+  whether or not it still parsed;
+- ``unparseable``: an answer came back (status "ok") but could not be interpreted;
+- ``coverage = parsed / n``: the share of questions with an interpretable answer;
+- ``missing``: questions of the group that have no outcome for this arm at all (run
+  interrupted or deselected); they are outside ``n`` and shown so they cannot vanish.
+
+Accuracy interval: 95 % percentile interval of a bootstrap clustered by image. Questions
+about one image are correlated (same scene, same reconstruction artefacts), so resampling
+single questions would give intervals that are too narrow; we resample whole images with
+replacement (``iterations`` times, fixed ``seed``) and take the ratio of summed correct to
+summed questions in each resample. The interval is undefined (NaN, ``null`` in JSON) with
+fewer than two images or ``iterations=0``. All arms and all paired deltas of one group use
+the same resamples, and each group (overall, each type) draws from a fresh generator
+seeded with ``seed``, so a group's interval does not depend on which other groups exist,
+and equals what `cluster_bootstrap_ci` returns for that group's data with the same seed.
+A per-type bootstrap resamples the images that have at least one question of that type.
+
+Paired delta (`PairedStat`), each reconstruction arm (every arm except the reference and
+the "blind" arm) against the reference arm ("orig"). Computed over the questions that have
+an outcome for both arms (``n_pairs``). Errors count as wrong on both sides, exactly as in the
+accuracy, so ``delta`` is the difference of the two arms' accuracies on those questions,
+in percentage points, recon minus reference (negative = reconstruction costs accuracy).
+``n_errors`` counts pairs where either side failed; when it is not small the delta partly
+measures the infrastructure, which is why ``delta_both_ok`` (over the ``n_both_ok`` pairs
+where both sides answered) is given as a sensitivity check (point estimate only). The
+interval is the same clustered bootstrap applied to the per-question difference.
+
+McNemar's exact test on the discordant pairs: ``regressed`` = reference right and recon
+wrong, ``improved`` = reference wrong and recon right (errors count as wrong), so
+``delta = 100 * (improved - regressed) / n_pairs``. Under "no difference" each discordant pair
+is equally likely to go either way, so ``regressed ~ Binomial(regressed + improved, 1/2)``;
+the two-sided p-value is ``min(1, 2 * P(X <= min(regressed, improved)))`` (the
+conventional exact conditional test, not the mid-p variant). It treats pairs as
+independent and so ignores image clustering; read it next to the clustered interval.
+
+Uniform-random reference (`ChanceStat`): the mean, over questions whose record gives a
+``chance`` (1/number of options for multiple choice, 1/2 for yes/no), of the probability
+that a uniformly random answer is right, with ``n_defined`` saying how many questions of
+the group it covers (free-form and grounding questions have none).
+
+Benchmark aggregate views (`BenchmarkStats.overall_accuracy`, ``average_accuracy``):
+"overall accuracy" is question-weighted (each question once, = the overall accuracy
+above); "average accuracy" is the unweighted mean of the per-type accuracies (RSVQA's AA,
+VRSBench's mean over types). They are labelled by those names everywhere.
+
+Extra views (`summarize_view`): any per-question number a report wants averaged per arm
+and type (e.g. "binned" count accuracy, "acc@0.7" for grounding), with the same clustered
+interval. A view's mean covers only the questions whose record carries that view for the
+arm; the report code decides what value an error gets (normally 0) when it fills views.
+`group_by` splits records by any key (e.g. uniqueness) so each part can be summarised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ArmOutcome",
+    "QuestionRecord",
+    "AccuracyStat",
+    "PairedStat",
+    "ChanceStat",
+    "ViewStat",
+    "GroupStats",
+    "BenchmarkStats",
+    "ViewStats",
+    "cluster_bootstrap_ci",
+    "paired_delta_ci",
+    "mcnemar_exact",
+    "summarize",
+    "summarize_view",
+    "group_by",
+]
+
+BLIND_ARM = "blind"
+_STATUSES = ("ok", "error")
+# Resampled clusters per chunk: bounds memory (the index and weight matrices are
+# chunk x clusters) while keeping numpy calls large enough to be fast.
+_CHUNK_CELLS = 2_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ArmOutcome:
+    """One question answered by one arm."""
+
+    status: str  # "ok" | "error" (error = API/transport failure after retries)
+    correct: bool  # False when status == "error"
+    parsed: bool  # the answer could be interpreted
+    truncated: bool = False  # finish_reason == "length"
+
+    def __post_init__(self) -> None:
+        if self.status not in _STATUSES:
+            raise ValueError(f"ArmOutcome.status must be 'ok' or 'error', got {self.status!r}")
+        if self.status == "error" and (self.correct or self.parsed):
+            raise ValueError("ArmOutcome with status 'error' must have correct=False, parsed=False")
+        if self.correct and not self.parsed:
+            raise ValueError("ArmOutcome with correct=True must have parsed=True")
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionRecord:
+    """One question with its outcome per arm; the unit the statistics work on."""
+
+    key: str
+    image: str  # cluster id: questions on one image are resampled together
+    types: tuple[str, ...]
+    arms: Mapping[str, ArmOutcome]
+    chance: float | None = None  # P(correct) of a uniformly random answer, if meaningful
+    views: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # arm -> name -> value
+
+    def __post_init__(self) -> None:
+        for arm, outcome in self.arms.items():
+            if not isinstance(outcome, ArmOutcome):
+                raise ValueError(
+                    f"question {self.key!r}: arm {arm!r} is {type(outcome).__name__}, "
+                    "expected ArmOutcome"
+                )
+        if self.chance is not None and not 0.0 <= self.chance <= 1.0:
+            raise ValueError(f"question {self.key!r}: chance={self.chance} is not in [0, 1]")
+
+
+@dataclass(frozen=True)
+class AccuracyStat:
+    """Accuracy of one arm on one group; see the module docstring for every field."""
+
+    n: int
+    correct: int
+    accuracy: float  # fraction in [0, 1]; NaN when n == 0
+    ci_low: float  # fraction; NaN when undefined
+    ci_high: float
+    errors: int
+    truncated: int
+    unparseable: int
+    parsed: int
+    coverage: float  # parsed / n
+    missing: int  # group questions without an outcome for this arm (outside n)
+
+
+@dataclass(frozen=True)
+class PairedStat:
+    """Recon arm minus reference arm on the questions both have; deltas in percentage points."""
+
+    arm: str
+    reference: str
+    n_pairs: int  # questions with an outcome for both arms
+    n_errors: int  # pairs where either side is an error (counted wrong, kept in n)
+    delta: float  # percentage points, recon - reference, errors counted wrong
+    ci_low: float  # percentage points
+    ci_high: float
+    regressed: int  # reference right, recon wrong
+    improved: int  # reference wrong, recon right
+    mcnemar_p: float
+    n_both_ok: int
+    delta_both_ok: float  # percentage points over pairs where neither side errored
+
+
+@dataclass(frozen=True)
+class ChanceStat:
+    """Uniform-random reference accuracy over the questions where it is defined."""
+
+    n_defined: int
+    n: int
+    accuracy: float  # fraction; NaN when n_defined == 0
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """All statistics for one group of questions (the whole benchmark or one type)."""
+
+    n: int  # distinct questions in the group
+    n_images: int
+    accuracy: dict[str, AccuracyStat]  # per arm
+    paired: dict[str, PairedStat]  # per recon arm, against the reference arm
+    chance: ChanceStat
+
+
+@dataclass(frozen=True)
+class BenchmarkStats:
+    """Everything `summarize` computes; `to_dict()` gives plain JSON-ready builtins."""
+
+    reference_arm: str
+    arms: tuple[str, ...]
+    recon_arms: tuple[str, ...]
+    iterations: int
+    seed: int
+    level: float
+    overall: GroupStats
+    by_type: dict[str, GroupStats]
+    # The benchmark's own aggregate views, per arm, fractions:
+    overall_accuracy: dict[str, float]  # question-weighted (each question once)
+    average_accuracy: dict[str, float]  # unweighted mean of the per-type accuracies
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+
+@dataclass(frozen=True)
+class ViewStat:
+    n: int  # questions carrying this view for the arm
+    mean: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class ViewStats:
+    """Mean of one named per-question view, per arm, overall and per type."""
+
+    view: str
+    overall: dict[str, ViewStat]
+    by_type: dict[str, dict[str, ViewStat]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+
+def _jsonable(obj: Any) -> Any:
+    # JSON has no NaN: undefined values become null.
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        v = float(obj)
+        return None if math.isnan(v) or math.isinf(v) else v
+    return obj
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def _resampled_sums(sums: np.ndarray, iterations: int, seed: int) -> np.ndarray:
+    """Column sums of `sums` (clusters x k) over `iterations` cluster resamples.
+
+    Each resample draws n_clusters cluster indices with replacement; instead of gathering
+    rows we count how often each cluster was drawn (bincount over a flattened chunk) and
+    multiply that weight matrix with the per-cluster sums, so the cost per resample is
+    O(n_clusters), independent of the number of questions.
+    """
+    n_clusters = sums.shape[0]
+    rng = np.random.default_rng(seed)
+    out = np.empty((iterations, sums.shape[1]), dtype=np.float64)
+    chunk = max(1, min(iterations, _CHUNK_CELLS // max(n_clusters, 1)))
+    for start in range(0, iterations, chunk):
+        m = min(chunk, iterations - start)
+        idx = rng.integers(0, n_clusters, size=(m, n_clusters))
+        idx += (np.arange(m) * n_clusters)[:, None]
+        weights = np.bincount(idx.ravel(), minlength=m * n_clusters).reshape(m, n_clusters)
+        out[start : start + m] = weights.astype(np.float64) @ sums
+    return out
+
+
+def _interval(num: np.ndarray, den: np.ndarray, level: float) -> tuple[float, float]:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = num / den
+    ratios = ratios[np.isfinite(ratios)]
+    if ratios.size == 0:
+        return (math.nan, math.nan)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha])
+    return (float(lo), float(hi))
+
+
+def _check_level(level: float, iterations: int) -> None:
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0, got {iterations}")
+
+
+def _cluster_codes(clusters: np.ndarray) -> tuple[np.ndarray, int]:
+    # np.unique sorts, so the cluster numbering (and hence the random draws) does not
+    # depend on record order.
+    _, codes = np.unique(np.asarray(clusters), return_inverse=True)
+    codes = codes.ravel()
+    return codes, int(codes.max()) + 1 if codes.size else 0
+
+
+def _bootstrap_columns(
+    values: np.ndarray, codes: np.ndarray, n_clusters: int, iterations: int, seed: int
+) -> np.ndarray | None:
+    """values: (n, k) per-question columns -> (iterations, k) resampled sums, or None."""
+    if n_clusters < 2 or iterations == 0:
+        return None
+    # Per-cluster sums once; every resample then works on clusters, not questions.
+    sums = np.stack(
+        [np.bincount(codes, weights=col, minlength=n_clusters) for col in values.T], axis=1
+    )
+    return _resampled_sums(sums, iterations, seed)
+
+
+def cluster_bootstrap_ci(
+    correct: np.ndarray,
+    clusters: np.ndarray,
+    iterations: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile interval for mean(correct), resampling whole clusters with replacement.
+
+    `correct` may be booleans or any numbers (a view's values); `clusters` holds one cluster
+    id per element. Returns (NaN, NaN) with fewer than two clusters or iterations == 0.
+    """
+    _check_level(level, iterations)
+    values = np.asarray(correct, dtype=np.float64).ravel()
+    clusters = np.asarray(clusters).ravel()
+    if values.size != clusters.size:
+        raise ValueError(
+            f"cluster_bootstrap_ci: {values.size} values but {clusters.size} cluster ids"
+        )
+    if values.size == 0:
+        raise ValueError("cluster_bootstrap_ci: no values")
+    codes, n_clusters = _cluster_codes(clusters)
+    cols = np.stack([values, np.ones_like(values)], axis=1)
+    boot = _bootstrap_columns(cols, codes, n_clusters, iterations, seed)
+    if boot is None:
+        return (math.nan, math.nan)
+    return _interval(boot[:, 0], boot[:, 1], level)
+
+
+def paired_delta_ci(
+    a: np.ndarray,
+    b: np.ndarray,
+    clusters: np.ndarray,
+    iterations: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Clustered-bootstrap interval for mean(b - a), as a fraction (not percentage points)."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    b = np.asarray(b, dtype=np.float64).ravel()
+    if a.size != b.size:
+        raise ValueError(f"paired_delta_ci: a has {a.size} values, b has {b.size}")
+    return cluster_bootstrap_ci(b - a, clusters, iterations=iterations, seed=seed, level=level)
+
+
+# --------------------------------------------------------------------------- McNemar
+
+
+def _log_binom_pmf_half(k: int, n: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2.0)
+
+
+def mcnemar_exact(regressed: int, improved: int) -> float:
+    """Two-sided exact McNemar p-value: min(1, 2 * P(X <= min(b, c))), X ~ Bin(b + c, 1/2).
+
+    Conventional exact conditional test (no mid-p). p = 1 when both counts are 0.
+    Stable for large n (hundreds of thousands of discordant pairs): the lower tail is
+    P(X = m) * (1 + r_1 + r_1 r_2 + ...), with P(X = m) from log-gamma and the ratios
+    r_j = P(X = m - j) / P(X = m - j + 1) < 1; terms shrink geometrically once past the
+    mode, so the sum stops after a few thousand terms at most.
+    """
+    for name, v in (("regressed", regressed), ("improved", improved)):
+        if int(v) != v or v < 0:
+            raise ValueError(f"mcnemar_exact: {name} must be a non-negative integer, got {v!r}")
+    b, c = int(regressed), int(improved)
+    n = b + c
+    m = min(b, c)
+    if 2 * m >= n:  # b == c (including 0, 0): the tail holds at least half the mass
+        return 1.0
+    log_pm = _log_binom_pmf_half(m, n)
+    total, term = 1.0, 1.0
+    k = m
+    while k > 0:
+        term *= k / (n - k + 1)  # P(X = k-1) / P(X = k)
+        total += term
+        if term < 1e-17 * total:
+            break
+        k -= 1
+    log_tail = log_pm + math.log(total)
+    return min(1.0, 2.0 * math.exp(log_tail))
+
+
+# --------------------------------------------------------------------------- summarize
+
+
+def _order_arms(seen: Iterable[str], reference: str, blind: str) -> tuple[str, ...]:
+    arms = set(seen)
+    middle = sorted(a for a in arms if a not in (reference, blind))
+    head = [reference] if reference in arms else []
+    tail = [blind] if blind in arms else []
+    return tuple(head + middle + tail)
+
+
+@dataclass
+class _ArmArrays:
+    present: np.ndarray
+    correct: np.ndarray
+    error: np.ndarray
+    parsed: np.ndarray
+    truncated: np.ndarray
+
+
+def _arm_arrays(records: Sequence[QuestionRecord], arm: str) -> _ArmArrays:
+    n = len(records)
+    outs = [r.arms.get(arm) for r in records]
+
+    def flag(fn: Callable[[ArmOutcome], bool]) -> np.ndarray:
+        return np.fromiter((o is not None and fn(o) for o in outs), dtype=bool, count=n)
+
+    return _ArmArrays(
+        present=np.fromiter((o is not None for o in outs), dtype=bool, count=n),
+        correct=flag(lambda o: o.correct),
+        error=flag(lambda o: o.status == "error"),
+        parsed=flag(lambda o: o.parsed),
+        truncated=flag(lambda o: o.truncated),
+    )
+
+
+def _group_stats(
+    idx: np.ndarray,
+    codes_all: np.ndarray,
+    arms: tuple[str, ...],
+    recon: tuple[str, ...],
+    reference: str,
+    data: dict[str, _ArmArrays],
+    chance: np.ndarray,
+    iterations: int,
+    seed: int,
+    level: float,
+) -> GroupStats:
+    codes, n_clusters = _cluster_codes(codes_all[idx])
+    cols: list[np.ndarray] = []
+    for arm in arms:
+        d = data[arm]
+        cols += [d.correct[idx], d.present[idx]]
+    pairs = [a for a in recon if reference in data]
+    for arm in pairs:
+        ref, rec = data[reference], data[arm]
+        both = ref.present[idx] & rec.present[idx]
+        diff = rec.correct[idx].astype(np.int8) - ref.correct[idx].astype(np.int8)
+        cols += [np.where(both, diff, 0), both]
+    boot = None
+    if cols:  # records may carry no arm at all
+        matrix = np.stack(cols, axis=1).astype(np.float64)
+        boot = _bootstrap_columns(matrix, codes, n_clusters, iterations, seed)
+
+    def ci(col: int, scale: float = 1.0) -> tuple[float, float]:
+        if boot is None:
+            return (math.nan, math.nan)
+        lo, hi = _interval(boot[:, col], boot[:, col + 1], level)
+        return (lo * scale, hi * scale)
+
+    accuracy: dict[str, AccuracyStat] = {}
+    for j, arm in enumerate(arms):
+        d = data[arm]
+        present = d.present[idx]
+        n = int(present.sum())
+        correct = int(d.correct[idx].sum())
+        parsed = int(d.parsed[idx].sum())
+        errors = int(d.error[idx].sum())
+        ok = present & ~d.error[idx]
+        lo, hi = ci(2 * j) if n else (math.nan, math.nan)
+        accuracy[arm] = AccuracyStat(
+            n=n,
+            correct=correct,
+            accuracy=correct / n if n else math.nan,
+            ci_low=lo,
+            ci_high=hi,
+            errors=errors,
+            truncated=int((ok & d.truncated[idx]).sum()),
+            unparseable=int((ok & ~d.parsed[idx]).sum()),
+            parsed=parsed,
+            coverage=parsed / n if n else math.nan,
+            missing=int(idx.size - n),
+        )
+
+    paired: dict[str, PairedStat] = {}
+    base = 2 * len(arms)
+    for j, arm in enumerate(pairs):
+        ref, rec = data[reference], data[arm]
+        both = ref.present[idx] & rec.present[idx]
+        n = int(both.sum())
+        if n == 0:
+            continue
+        rc, cc = ref.correct[idx] & both, rec.correct[idx] & both
+        regressed = int((rc & ~cc).sum())
+        improved = int((~rc & cc).sum())
+        any_err = both & (ref.error[idx] | rec.error[idx])
+        both_ok = both & ~any_err
+        n_ok = int(both_ok.sum())
+        d_ok = int((rec.correct[idx] & both_ok).sum()) - int((ref.correct[idx] & both_ok).sum())
+        lo, hi = ci(base + 2 * j, 100.0)
+        paired[arm] = PairedStat(
+            arm=arm,
+            reference=reference,
+            n_pairs=n,
+            n_errors=int(any_err.sum()),
+            delta=100.0 * (improved - regressed) / n,
+            ci_low=lo,
+            ci_high=hi,
+            regressed=regressed,
+            improved=improved,
+            mcnemar_p=mcnemar_exact(regressed, improved),
+            n_both_ok=n_ok,
+            delta_both_ok=100.0 * d_ok / n_ok if n_ok else math.nan,
+        )
+
+    ch = chance[idx]
+    defined = ~np.isnan(ch)
+    n_def = int(defined.sum())
+    chance_stat = ChanceStat(
+        n_defined=n_def,
+        n=int(idx.size),
+        accuracy=float(ch[defined].mean()) if n_def else math.nan,
+    )
+    return GroupStats(
+        n=int(idx.size),
+        n_images=n_clusters,
+        accuracy=accuracy,
+        paired=paired,
+        chance=chance_stat,
+    )
+
+
+def _index(records: Sequence[QuestionRecord]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Image codes per record and record indices per type (each type once per record)."""
+    if not records:
+        raise ValueError("no question records to summarise")
+    seen: set[str] = set()
+    by_type: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        if r.key in seen:
+            raise ValueError(f"question {r.key!r} appears twice; each question must appear once")
+        seen.add(r.key)
+        for t in dict.fromkeys(r.types):
+            by_type.setdefault(t, []).append(i)
+    # Number images in sorted order (as np.unique would) without sorting 200k strings.
+    names = sorted({r.image for r in records})
+    pos = {name: i for i, name in enumerate(names)}
+    codes = np.fromiter((pos[r.image] for r in records), dtype=np.intp, count=len(records))
+    return codes, {t: np.asarray(by_type[t], dtype=np.intp) for t in sorted(by_type)}
+
+
+def summarize(
+    records: Sequence[QuestionRecord],
+    *,
+    reference_arm: str = "orig",
+    blind_arm: str = BLIND_ARM,
+    iterations: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> BenchmarkStats:
+    """Accuracy, paired deltas, coverage and chance for one benchmark, overall and per type."""
+    _check_level(level, iterations)
+    codes, type_idx = _index(records)
+    arms = _order_arms((a for r in records for a in r.arms), reference_arm, blind_arm)
+    recon = tuple(a for a in arms if a not in (reference_arm, blind_arm))
+    data = {arm: _arm_arrays(records, arm) for arm in arms}
+    chance = np.array(
+        [math.nan if r.chance is None else r.chance for r in records], dtype=np.float64
+    )
+
+    def group(idx: np.ndarray) -> GroupStats:
+        return _group_stats(
+            idx, codes, arms, recon, reference_arm, data, chance, iterations, seed, level
+        )
+
+    overall = group(np.arange(len(records), dtype=np.intp))
+    by_type = {t: group(ix) for t, ix in type_idx.items()}
+    average: dict[str, float] = {}
+    for arm in arms:
+        accs = [g.accuracy[arm].accuracy for g in by_type.values() if g.accuracy[arm].n]
+        average[arm] = float(np.mean(accs)) if accs else math.nan
+    return BenchmarkStats(
+        reference_arm=reference_arm,
+        arms=arms,
+        recon_arms=recon,
+        iterations=iterations,
+        seed=seed,
+        level=level,
+        overall=overall,
+        by_type=by_type,
+        overall_accuracy={arm: overall.accuracy[arm].accuracy for arm in arms},
+        average_accuracy=average,
+    )
+
+
+def summarize_view(
+    records: Sequence[QuestionRecord],
+    view: str,
+    *,
+    iterations: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> ViewStats:
+    """Mean of the per-question value `views[arm][view]`, per arm, overall and per type."""
+    _check_level(level, iterations)
+    codes, type_idx = _index(records)
+    arms = sorted({a for r in records for a, v in r.views.items() if view in v})
+    values = {arm: np.full(len(records), math.nan) for arm in arms}
+    for i, r in enumerate(records):
+        for arm, v in r.views.items():
+            if view in v:
+                values[arm][i] = float(v[view])
+
+    def group(idx: np.ndarray) -> dict[str, ViewStat]:
+        gcodes, n_clusters = _cluster_codes(codes[idx])
+        cols = []
+        for arm in arms:
+            x = values[arm][idx]
+            has = ~np.isnan(x)
+            cols += [np.where(has, x, 0.0), has.astype(np.float64)]
+        if not cols:
+            return {}
+        boot = _bootstrap_columns(np.stack(cols, axis=1), gcodes, n_clusters, iterations, seed)
+        out: dict[str, ViewStat] = {}
+        for j, arm in enumerate(arms):
+            n = int(cols[2 * j + 1].sum())
+            if n == 0:
+                continue
+            lo, hi = (math.nan, math.nan) if boot is None else _interval(
+                boot[:, 2 * j], boot[:, 2 * j + 1], level
+            )
+            out[arm] = ViewStat(n=n, mean=float(cols[2 * j].sum() / n), ci_low=lo, ci_high=hi)
+        return out
+
+    return ViewStats(
+        view=view,
+        overall=group(np.arange(len(records), dtype=np.intp)),
+        by_type={t: group(ix) for t, ix in type_idx.items()},
+    )
+
+
+def group_by(
+    records: Iterable[QuestionRecord], key: Callable[[QuestionRecord], str | None]
+) -> dict[str, list[QuestionRecord]]:
+    """Split records by `key(record)` (keys sorted); records whose key is None are left out."""
+    out: dict[str, list[QuestionRecord]] = {}
+    for r in records:
+        k = key(r)
+        if k is not None:
+            out.setdefault(str(k), []).append(r)
+    return {k: out[k] for k in sorted(out)}

@@ -1,0 +1,222 @@
+"""The results store: one SQLite file, one row per (node id, arm, fingerprint).
+
+Why SQLite: every answer is committed the moment it arrives (WAL journal), so a SIGKILL
+loses at most the requests in flight; several xdist workers can write the same file at
+once (SQLite serialises writers, `busy_timeout` waits instead of failing); and a rerun
+looks answers up by key instead of re-reading a 222k-line JSONL file.
+
+Rules the rest of the plugin relies on:
+- Only rows with status 'ok' count as answered. An error row records what went wrong (for
+  reports and honest denominators) and is replaced by the next attempt.
+- An error never overwrites a stored answer (the upsert refuses to).
+- Correctness is NOT trusted from the row: callers re-score the stored raw answer, so a
+  scorer fix applies to stored answers too. The `correct` column is for exports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS answers (
+    nodeid TEXT NOT NULL,
+    arm TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    status TEXT NOT NULL,
+    benchmark TEXT NOT NULL,
+    question_key TEXT NOT NULL,
+    image_id TEXT NOT NULL,
+    text TEXT,
+    extracted TEXT,
+    correct INTEGER,
+    parsed INTEGER,
+    finish_reason TEXT,
+    latency_s REAL,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    cost REAL,
+    model TEXT,
+    server TEXT,
+    attempts INTEGER,
+    image_sha256 TEXT,
+    image_tokens INTEGER,
+    error TEXT,
+    created REAL NOT NULL,
+    PRIMARY KEY (nodeid, arm, fingerprint)
+);
+CREATE TABLE IF NOT EXISTS image_info (
+    path TEXT PRIMARY KEY,
+    size_bytes INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    width INTEGER NOT NULL,
+    height INTEGER NOT NULL
+);
+"""
+
+
+@dataclass(slots=True)
+class AnswerRow:
+    nodeid: str
+    arm: str
+    fingerprint: str
+    status: str  # "ok" | "error"
+    benchmark: str
+    question_key: str
+    image_id: str
+    text: str | None = None
+    extracted: str | None = None
+    correct: bool | None = None
+    parsed: bool | None = None
+    finish_reason: str | None = None
+    latency_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+    model: str | None = None
+    server: str | None = None
+    attempts: int | None = None
+    image_sha256: str | None = None
+    image_tokens: int | None = None
+    error: str | None = None
+    created: float = 0.0
+
+
+_COLUMNS = [f.name for f in fields(AnswerRow)]
+_UPSERT = (
+    f"INSERT INTO answers ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
+    "ON CONFLICT(nodeid, arm, fingerprint) DO UPDATE SET "
+    + ", ".join(f"{c}=excluded.{c}" for c in _COLUMNS[3:])
+    # an error never replaces an answer; an answer replaces an error or an older answer
+    + " WHERE excluded.status = 'ok' OR answers.status != 'ok'"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInfo:
+    sha256: str
+    width: int
+    height: int
+
+
+class ResultStore:
+    """Thread-safe access to the results file: one connection per thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        with self._write_lock:
+            self._conn().executescript(SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode: a commit survives a killed process (it is in the OS page
+            # cache); only a power loss can take the last commits. FULL would fsync per
+            # answer for no gain against the failure we care about (SIGKILL, OOM, Ctrl-C).
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=60000")
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    # ------------------------------------------------------------------ answers
+    def put(self, row: AnswerRow) -> None:
+        if not row.created:
+            row.created = time.time()
+        values = [getattr(row, c) for c in _COLUMNS]
+        with self._write_lock:
+            self._conn().execute(_UPSERT, values)
+
+    def get(self, nodeid: str, arm: str, fingerprint: str) -> AnswerRow | None:
+        """The stored answer, or None when there is none (an error row is not an answer)."""
+        cur = self._conn().execute(
+            f"SELECT {', '.join(_COLUMNS)} FROM answers "
+            "WHERE nodeid=? AND arm=? AND fingerprint=? AND status='ok'",
+            (nodeid, arm, fingerprint),
+        )
+        got = cur.fetchone()
+        return _row(got) if got else None
+
+    def get_many(self, nodeid: str, keys: Sequence[tuple[str, str]]) -> dict[str, AnswerRow]:
+        """Stored answers of one item, by arm, for the given (arm, fingerprint) pairs."""
+        out: dict[str, AnswerRow] = {}
+        for arm, fp in keys:
+            row = self.get(nodeid, arm, fp)
+            if row is not None:
+                out[arm] = row
+        return out
+
+    def rows(self, benchmark: str | None = None) -> Iterator[AnswerRow]:
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM answers"
+        args: tuple[str, ...] = ()
+        if benchmark:
+            sql += " WHERE benchmark=?"
+            args = (benchmark,)
+        for got in self._conn().execute(sql + " ORDER BY nodeid, arm", args):
+            yield _row(got)
+
+    def count(self, status: str | None = None) -> int:
+        if status:
+            return self._conn().execute("SELECT COUNT(*) FROM answers WHERE status=?", (status,)).fetchone()[0]
+        return self._conn().execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+
+    def export_jsonl(self, path: Path, benchmark: str | None = None) -> int:
+        """Write every row (answers and errors) as JSON lines; returns the number written."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        n = 0
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for row in self.rows(benchmark):
+                fh.write(json.dumps(asdict(row), ensure_ascii=False) + "\n")
+                n += 1
+        os.replace(tmp, path)
+        return n
+
+    # ------------------------------------------------------------------ image info
+    def image_info(self, path: str, size_bytes: int, mtime_ns: int) -> ImageInfo | None:
+        got = self._conn().execute(
+            "SELECT sha256, width, height FROM image_info WHERE path=? AND size_bytes=? AND mtime_ns=?",
+            (path, size_bytes, mtime_ns),
+        ).fetchone()
+        return ImageInfo(*got) if got else None
+
+    def put_image_info(self, path: str, size_bytes: int, mtime_ns: int, info: ImageInfo) -> None:
+        with self._write_lock:
+            self._conn().execute(
+                "INSERT OR REPLACE INTO image_info VALUES (?, ?, ?, ?, ?, ?)",
+                (path, size_bytes, mtime_ns, info.sha256, info.width, info.height),
+            )
+
+    def close(self) -> None:
+        with self._all_lock:
+            for conn in self._all:
+                try:
+                    conn.close()
+                except sqlite3.ProgrammingError:
+                    pass  # created in a thread that is gone; nothing to flush in WAL mode
+            self._all.clear()
+        self._local = threading.local()
+
+
+def _row(values: Sequence[object]) -> AnswerRow:
+    row = AnswerRow(*values)  # type: ignore[arg-type]
+    if row.correct is not None:
+        row.correct = bool(row.correct)
+    if row.parsed is not None:
+        row.parsed = bool(row.parsed)
+    return row

@@ -1,0 +1,145 @@
+"""The terminal summary: per benchmark and question type, the seed's report as tables.
+
+Built on the controller from the payloads on the test reports (so it is one merged
+summary under xdist), with the statistics of `stats.py`. It stays within 80 columns:
+one table of accuracy per arm, then one paired table per reconstruction arm with the
+delta, its clustered-bootstrap interval, regressed/improved counts and McNemar's p.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from .images import BLIND, ORIG
+from .options import Settings
+from .stats import ArmOutcome, BenchmarkStats, QuestionRecord, summarize
+
+_OK = ArmOutcome("ok", True, True)
+
+
+def records_from_payloads(payloads: list[dict[str, Any]]) -> list[QuestionRecord]:
+    records = []
+    for data in payloads:
+        arms = {}
+        views = {}
+        for arm, status, correct, parsed, truncated, _from_store, arm_views in data["arms"]:
+            ok = status == "ok"
+            arms[arm] = ArmOutcome(status, bool(correct and ok), bool(parsed and ok), bool(truncated and ok))
+            if arm_views:
+                views[arm] = arm_views
+        records.append(
+            QuestionRecord(
+                key=data["k"], image=str(data["img"]), types=tuple(data["t"]) or ("all",),
+                arms=arms, chance=data.get("chance"), views=views,
+            )
+        )
+    return records
+
+
+class SummaryCollector:
+    def __init__(self, settings: Settings, iterations: int = 1000) -> None:
+        self.settings = settings
+        self.iterations = iterations
+        self.by_benchmark: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.model: str | None = None
+        self.from_store = 0
+        self.answered = 0
+
+    def add(self, data: dict[str, Any]) -> None:
+        self.by_benchmark[data["b"]].append(data)
+        for arm in data["arms"]:
+            if arm[1] == "ok":
+                if arm[5]:
+                    self.from_store += 1
+                else:
+                    self.answered += 1
+
+    def stats(self) -> dict[str, BenchmarkStats]:
+        return {
+            name: summarize(records_from_payloads(rows), iterations=self.iterations, seed=0)
+            for name, rows in sorted(self.by_benchmark.items())
+        }
+
+    def render(self, tr: Any) -> None:
+        if not self.by_benchmark:
+            return
+        for name, st in self.stats().items():
+            tr.write_sep("=", f"satbench: {name}")
+            for line in render_benchmark(st):
+                tr.write_line(line)
+        tr.write_line(
+            f"answers: {self.answered} asked this run, {self.from_store} reused from the store"
+            + (f"; model {self.model}" if self.model else "")
+        )
+
+
+def _pct(x: float | None) -> str:
+    return "   -" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:5.1f}"
+
+
+def _p(p: float) -> str:
+    if math.isnan(p):
+        return "-"
+    if p < 1e-4:
+        return "<1e-4"
+    return f"{p:.3f}" if p < 0.1 else f"{p:.2f}"
+
+
+def _ci(lo: float, hi: float) -> str:
+    if math.isnan(lo) or math.isnan(hi):
+        return "[   -    ]"
+    return f"[{lo:+.1f},{hi:+.1f}]"
+
+
+def render_benchmark(st: BenchmarkStats) -> list[str]:
+    arms = list(st.arms)
+    types = list(st.by_type)
+    groups = [(t, st.by_type[t]) for t in types] + [("overall", st.overall)]
+    lines: list[str] = []
+
+    # 1. accuracy per arm (%), with errors/truncated/unparseable summed over arms
+    names = [_arm_label(a) for a in arms]
+    head = f"{'type':<14}{'n':>7}" + "".join(f"{n:>9}" for n in names) + f"{'chance':>8}{'err':>5}{'trn':>5}{'unp':>5}"
+    lines.append(head)
+    for label, g in groups:
+        accs = "".join(f"{_pct(g.accuracy[a].accuracy if a in g.accuracy else None):>9}" for a in arms)
+        err = sum(g.accuracy[a].errors for a in arms if a in g.accuracy)
+        trn = sum(g.accuracy[a].truncated for a in arms if a in g.accuracy)
+        unp = sum(g.accuracy[a].unparseable for a in arms if a in g.accuracy)
+        chance = _pct(g.chance.accuracy) if g.chance.n_defined else "   -"
+        lines.append(f"{label[:13]:<14}{g.n:>7}{accs}{chance:>8}{err:>5}{trn:>5}{unp:>5}")
+    if ORIG in st.overall.accuracy:
+        o = st.overall.accuracy[ORIG]
+        lines.append(
+            f"orig overall accuracy {100 * o.accuracy:.1f}% "
+            f"(95% CI {_pct(o.ci_low).strip()}-{_pct(o.ci_high).strip()}, clustered by image, "
+            f"{st.overall.n_images} images); average accuracy (mean of types) "
+            f"{100 * st.average_accuracy.get(ORIG, float('nan')):.1f}%"
+        )
+
+    # 2. paired tables, one per reconstruction arm
+    for arm in st.recon_arms:
+        lines.append("")
+        lines.append(f"{arm} vs orig: delta in points, 95% CI clustered by image; R regressed, I improved")
+        lines.append(f"{'type':<13}{'n':>6}{'orig':>6}{'recon':>6}{'delta':>7} {'95% CI':<14}{'R':>5}{'I':>5}  {'p':<6}{'err':>5}")
+        for label, g in groups:
+            pair = g.paired.get(arm)
+            if pair is None:
+                continue
+            o = g.accuracy[ORIG].accuracy if ORIG in g.accuracy else float("nan")
+            r = g.accuracy[arm].accuracy if arm in g.accuracy else float("nan")
+            lines.append(
+                f"{label[:12]:<13}{pair.n_pairs:>6}{_pct(o):>6}{_pct(r):>6}{pair.delta:>+7.1f} "
+                f"{_ci(pair.ci_low, pair.ci_high):<14}{pair.regressed:>5}{pair.improved:>5}  "
+                f"{_p(pair.mcnemar_p):<6}{pair.n_errors:>5}"
+            )
+    return lines
+
+
+def _arm_label(arm: str) -> str:
+    if arm in (ORIG, BLIND):
+        return arm
+    short = arm.replace("quality=", "q").replace("factor=", "f").replace("nlatent=", "n")
+    return short[-8:] if len(short) > 8 else short
