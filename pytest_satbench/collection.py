@@ -96,8 +96,18 @@ SESSION_KEY = pytest.StashKey["SatbenchSession"]()
 
 
 def make_items(collector: pytest.Collector, name: str, questions: Iterable[Question]) -> list[QuestionItem]:
+    # pytest >= 9.2 keeps node ids structured (path, names, params); an item whose id is
+    # built from the name alone would never match the `[params]` that --lf parses back
+    # from its cache file, so the id is given explicitly, as parametrized functions do.
+    base = getattr(collector, "id", None)
+    structured = base is not None and hasattr(base, "with_params")
     return [
-        QuestionItem.from_parent(collector, name=f"{name}[{q.key}]", question=q)
+        QuestionItem.from_parent(
+            collector,
+            name=f"{name}[{q.key}]",
+            nodeid=base.child(name).with_params(q.key) if structured else None,
+            question=q,
+        )
         for q in questions
     ]
 

@@ -84,11 +84,13 @@ class XdistHooks:
 class ImageGroupScheduling:
     """Implements xdist's `Scheduling` protocol, handing out whole image groups."""
 
-    def __init__(self, config: pytest.Config, log: Any = None, groups_dir: Path | None = None) -> None:
+    def __init__(
+        self, config: pytest.Config, log: Any = None, groups_dir: Path | None = None, *, numnodes: int | None = None
+    ) -> None:
         from xdist.remote import Producer
         from xdist.workermanage import parse_tx_spec_config
 
-        self.numnodes = len(parse_tx_spec_config(config))
+        self.numnodes = numnodes if numnodes is not None else len(parse_tx_spec_config(config))
         self.config = config
         self.log = log.imagegroupsched if log is not None else Producer("imagegroupsched")
         self.groups_dir = groups_dir
