@@ -51,6 +51,21 @@ CREATE TABLE IF NOT EXISTS answers (
     created REAL NOT NULL,
     PRIMARY KEY (nodeid, arm, fingerprint)
 );
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    tag TEXT NOT NULL,
+    started REAL NOT NULL,
+    finished REAL,
+    protocol TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS run_items (
+    run_id TEXT NOT NULL,
+    nodeid TEXT NOT NULL,
+    benchmark TEXT NOT NULL,
+    question TEXT NOT NULL,
+    fingerprints TEXT NOT NULL,
+    PRIMARY KEY (run_id, nodeid)
+);
 CREATE TABLE IF NOT EXISTS image_info (
     path TEXT PRIMARY KEY,
     size_bytes INTEGER NOT NULL,
@@ -186,6 +201,60 @@ class ResultStore:
                 n += 1
         os.replace(tmp, path)
         return n
+
+    # ------------------------------------------------------------------ runs
+    # A run records which questions it covered and with which fingerprints, so reports are
+    # rebuilt from the store (answers + the run's items), resumed or not.
+    def start_run(self, run_id: str, tag: str, protocol: dict[str, object]) -> None:
+        with self._write_lock:
+            self._conn().execute(
+                "INSERT OR REPLACE INTO runs (run_id, tag, started, finished, protocol) VALUES (?, ?, ?, NULL, ?)",
+                (run_id, tag, time.time(), json.dumps(protocol, sort_keys=True)),
+            )
+
+    def finish_run(self, run_id: str) -> None:
+        with self._write_lock:
+            self._conn().execute("UPDATE runs SET finished=? WHERE run_id=?", (time.time(), run_id))
+
+    def record_item(self, run_id: str, nodeid: str, benchmark: str, question: dict[str, object], fingerprints: dict[str, str]) -> None:
+        with self._write_lock:
+            self._conn().execute(
+                "INSERT OR REPLACE INTO run_items VALUES (?, ?, ?, ?, ?)",
+                (run_id, nodeid, benchmark, json.dumps(question), json.dumps(fingerprints)),
+            )
+
+    def runs(self, tag: str | None = None) -> list[dict[str, object]]:
+        """Runs, newest first: run_id, tag, started, finished, protocol (dict)."""
+        sql = "SELECT run_id, tag, started, finished, protocol FROM runs"
+        args: tuple[str, ...] = ()
+        if tag:
+            sql += " WHERE tag=?"
+            args = (tag,)
+        out = []
+        for run_id, t, started, finished, protocol in self._conn().execute(sql + " ORDER BY started DESC", args):
+            out.append({"run_id": run_id, "tag": t, "started": started, "finished": finished, "protocol": json.loads(protocol)})
+        return out
+
+    def run_items(self, run_id: str, benchmark: str | None = None) -> Iterator[tuple[str, str, dict[str, object], dict[str, AnswerRow]]]:
+        """(nodeid, benchmark, question dict, {arm: latest row for the run's fingerprint}).
+
+        An arm with no row at all (never asked: the run was interrupted) is absent."""
+        sql = "SELECT nodeid, benchmark, question, fingerprints FROM run_items WHERE run_id=?"
+        args: tuple[str, ...] = (run_id,)
+        if benchmark:
+            sql += " AND benchmark=?"
+            args += (benchmark,)
+        conn = self._conn()
+        for nodeid, bench, question, fps in conn.execute(sql + " ORDER BY rowid", args).fetchall():
+            rows: dict[str, AnswerRow] = {}
+            for arm, fp in json.loads(fps).items():
+                got = conn.execute(
+                    f"SELECT {', '.join(_COLUMNS)} FROM answers WHERE nodeid=? AND arm=? AND fingerprint=?",
+                    (nodeid, arm, fp),
+                ).fetchone()
+                if got:
+                    rows[arm] = _row(got)
+            yield nodeid, bench, json.loads(question), rows
 
     # ------------------------------------------------------------------ image info
     def image_info(self, path: str, size_bytes: int, mtime_ns: int) -> ImageInfo | None:

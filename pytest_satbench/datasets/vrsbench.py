@@ -1,0 +1,220 @@
+"""VRSBench: VQA and referring expressions (visual grounding) on DOTA/DIOR patches.
+
+Format (notes/datasets.md §5-7): `<data root>/VRSBench/VRSBench_EVAL_vqa.json` and
+`VRSBench_EVAL_referring.json` are each ONE JSON list of records; images are
+`Images_val/<image_id>` where `image_id` already includes the extension (`P0003_0002.png`).
+Files from before the dataset's rename (`RSBench_EVAL_*.json`) are accepted too.
+Keys are `question_id` (an int, sequential per file), or the record's index if absent.
+
+VQA keeps the 12 raw types; `image` and `rural or urban` are reported under `scene type`
+(the paper's 10-type table) through `Benchmark.type_groups`.
+
+Referring: `ground_truth` is `"{<x1><y1><x2><y2>}"` on a 0-100 grid; the uniqueness flag
+is stored as `unique` by the authors' notebook and read as `is_unique` by their scorer, so
+both are accepted. Types are `unique` / `non-unique`, which gives the paper's split.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..question import ImageRef, Question
+from ..registry import (
+    Benchmark,
+    DatasetError,
+    LoadRequest,
+    all_benchmarks,
+    register,
+    sort_by_image,
+    stratified_limit,
+)
+from ._common import check_key, read_json
+
+FOLDER = "VRSBench"
+IMAGE_DIR = "Images_val"
+VQA_FILES = ("VRSBench_EVAL_vqa.json", "RSBench_EVAL_vqa.json")
+REF_FILES = ("VRSBench_EVAL_referring.json", "RSBench_EVAL_referring.json")
+
+# Raw types in the order of the paper's table; the last two merge into "scene type".
+VQA_TYPES = (
+    "object category", "object existence", "object quantity", "object color",
+    "object shape", "object size", "object position", "object direction",
+    "scene type", "reasoning", "image", "rural or urban",
+)
+VQA_TYPE_GROUPS = (("image", "scene type"), ("rural or urban", "scene type"))
+REF_TYPES = ("unique", "non-unique")
+
+_BOX = re.compile(r"\{<(\d+)><(\d+)><(\d+)><(\d+)>\}")
+_TRUE = {"1", "true", "yes"}
+_FALSE = {"0", "false", "no"}
+
+
+def find_file(data_root: Path, names: tuple[str, ...]) -> Path | None:
+    return next((p for n in names if (p := data_root / FOLDER / n).is_file()), None)
+
+
+def _locator(names: tuple[str, ...]) -> Callable[[Path], list[Path]]:
+    def locate(data_root: Path) -> list[Path]:
+        missing = [] if find_file(data_root, names) else [data_root / FOLDER / names[0]]
+        if not (data_root / FOLDER / IMAGE_DIR).is_dir():
+            missing.append(data_root / FOLDER / IMAGE_DIR)
+        return missing
+
+    return locate
+
+
+def _records(path: Path) -> list[Any]:
+    doc = read_json(path, "VRSBench eval file")
+    if not isinstance(doc, list):
+        raise DatasetError(f"{path}: expected a JSON list of records (a VRSBench eval file)")
+    return doc
+
+
+def _common(
+    path: Path, i: int, rec: Any, required: tuple[str, ...], images: dict[str, ImageRef],
+    names: tuple[str, ...],
+) -> tuple[str, str, ImageRef]:
+    """(key, where, image) of record `i`, after checking its required keys."""
+    if not isinstance(rec, dict):
+        raise DatasetError(f"{path}: record {i} is not an object")
+    qid = rec.get("question_id")
+    where = f"{path}: record {i}" + (f" (question_id {qid})" if qid is not None else "")
+    missing = [k for k in required if rec.get(k) is None]
+    if missing:
+        raise DatasetError(f"{where}: missing key {missing[0]!r}")
+    key = check_key(str(qid) if qid is not None else str(i), where, names)
+    image_id = str(rec["image_id"])
+    ref = images.get(image_id)
+    if ref is None:
+        # Some re-packagings drop the extension; the released images are all PNG.
+        name = image_id if Path(image_id).suffix else f"{image_id}.png"
+        # A missing image is not a dataset error: its questions fail at run time.
+        ref = images[image_id] = ImageRef(id=image_id, path=str(path.parent / IMAGE_DIR / name))
+    return key, where, ref
+
+
+def _check_unique_keys(questions: list[Question], path: Path) -> None:
+    seen: set[str] = set()
+    for q in questions:
+        if q.key in seen:
+            raise DatasetError(f"{path}: question_id {q.key} appears more than once")
+        seen.add(q.key)
+
+
+def load_vqa(path: Path) -> list[Question]:
+    names = tuple(all_benchmarks())
+    images: dict[str, ImageRef] = {}
+    types: dict[str, tuple[str, ...]] = {}
+    answers: dict[str, str] = {}  # short answers repeat ("yes", "2"): keep one copy each
+    questions = []
+    for i, rec in enumerate(_records(path)):
+        key, where, image = _common(
+            path, i, rec, ("image_id", "question", "ground_truth", "type"), images, names
+        )
+        raw_type = str(rec["type"]).strip()
+        questions.append(
+            Question(
+                benchmark="vrsbench",
+                key=key,
+                image=image,
+                text=str(rec["question"]),
+                answer=answers.setdefault(a := str(rec["ground_truth"]), a),
+                types=types.setdefault(raw_type, (raw_type,)),
+                kind="vqa",
+            )
+        )
+    _check_unique_keys(questions, path)
+    return questions
+
+
+def _flag(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    s = str(value).strip().lower()
+    return True if s in _TRUE else False if s in _FALSE else None
+
+
+def load_ref(path: Path) -> list[Question]:
+    names = tuple(all_benchmarks())
+    images: dict[str, ImageRef] = {}
+    extras: dict[tuple[str, str, str], tuple[tuple[str, str], ...]] = {}  # few distinct
+    questions = []
+    for i, rec in enumerate(_records(path)):
+        key, where, image = _common(
+            path, i, rec, ("image_id", "question", "ground_truth"), images, names
+        )
+        gt = str(rec["ground_truth"])
+        m = _BOX.fullmatch("".join(gt.split()))
+        if not m:
+            raise DatasetError(f"{where}: ground_truth {gt!r} is not '{{<x1><y1><x2><y2>}}'")
+        if any(int(v) > 100 for v in m.groups()):
+            raise DatasetError(f"{where}: ground_truth {gt!r} is not on the 0-100 grid")
+        raw_flag = rec.get("is_unique", rec.get("unique"))
+        unique = _flag(raw_flag)
+        if unique is None:
+            raise DatasetError(
+                f"{where}: uniqueness flag ('is_unique' or 'unique') is "
+                f"{'missing' if raw_flag is None else repr(raw_flag)}; expected true/false"
+            )
+        # The authors' scorer treats an empty size group as medium.
+        size = str(rec.get("size_group") or "medium")
+        flag, cls = "1" if unique else "0", str(rec.get("obj_cls") or "")
+        extra = extras.setdefault(
+            (flag, size, cls), (("unique", flag), ("size_group", size), ("obj_cls", cls))
+        )
+        questions.append(
+            Question(
+                benchmark="vrsbench_ref",
+                key=key,
+                image=image,
+                text=str(rec["question"]),
+                answer=gt,
+                types=("unique",) if unique else ("non-unique",),
+                kind="ref",
+                extra=extra,
+            )
+        )
+    _check_unique_keys(questions, path)
+    return questions
+
+
+def _loader(
+    file_names: tuple[str, ...], parse: Callable[[Path], list[Question]]
+) -> Callable[[LoadRequest], Iterator[Question]]:
+    def load(req: LoadRequest) -> Iterator[Question]:
+        path = find_file(req.data_root, file_names) or req.data_root / FOLDER / file_names[0]
+        yield from sort_by_image(stratified_limit(parse(path), req.limit, req.seed))
+
+    return load
+
+
+VRSBENCH = register(
+    Benchmark(
+        name="vrsbench",
+        kind="vqa",
+        title="VRSBench VQA (DOTA/DIOR patches, 512 px)",
+        requires=(f"{FOLDER}/{VQA_FILES[0]}", f"{FOLDER}/{IMAGE_DIR}"),
+        locate=_locator(VQA_FILES),
+        load=_loader(VQA_FILES, load_vqa),
+        types=VQA_TYPES,
+        type_groups=VQA_TYPE_GROUPS,
+        metric="accuracy per type (10 reported types) and overall; average = mean of types",
+    )
+)
+VRSBENCH_REF = register(
+    Benchmark(
+        name="vrsbench_ref",
+        kind="ref",
+        title="VRSBench referring expressions (box on a 0-100 grid)",
+        requires=(f"{FOLDER}/{REF_FILES[0]}", f"{FOLDER}/{IMAGE_DIR}"),
+        locate=_locator(REF_FILES),
+        load=_loader(REF_FILES, load_ref),
+        types=REF_TYPES,
+        metric="Acc@0.5 and Acc@0.7 (IoU), unique / non-unique / all",
+    )
+)
