@@ -47,6 +47,8 @@ class ArmResult:
 class ItemResult:
     question: Question
     arms: dict[str, ArmResult] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)  # store key per arm
+    prompt: str = ""
 
     @property
     def errors(self) -> list[ArmResult]:
@@ -106,9 +108,10 @@ class QuestionRunner:
 
     def submit(self, job: Job) -> Future[ItemResult]:
         done: Future[ItemResult] = Future()
-        result = ItemResult(job.question)
+        result = ItemResult(job.question, prompt=job.prompt)
         try:
             fps, size = self.fingerprints(job)
+            result.fingerprints = fps
         except ImageError as exc:
             for arm in self.arms:
                 result.arms[arm] = ArmResult(arm, "error", error=str(exc))

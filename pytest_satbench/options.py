@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from .gates import Gate, GateError, parse_gate
 from .codecs.base import ArmSpec, SpecError, normalise_spec, parse_spec
 
 GROUP = "satbench"
@@ -42,6 +43,12 @@ def add_options(parser: pytest.Parser) -> None:
     g.addoption("--iou", help="IoU convention for grounding: inclusive (VRSBench +1, default) | continuous")
     g.addoption("--blind", action="store_true", default=False,
                 help="also ask every question with no image (language-prior control)")
+    g.addoption("--gate", action="append", default=[], metavar="EXPR",
+                help="accuracy gate, repeatable: [BENCHMARK[/TYPE]:]METRIC OP NUMBER, e.g. 'rsvqa_lr:recon>=0.80', 'delta>=-2.0'")
+    g.addoption("--bootstrap", help="bootstrap resamples for the intervals (default 1000)")
+    g.addoption("--no-reports", action="store_true", default=False, help="do not write reports/<benchmark>/<tag>/")
+    g.addoption("--allow-protocol-change", action="store_true", default=False,
+                help="allow a run to be reported under a --tag measured with another model or dataset version")
     g.addoption("--export-jsonl", action="store_true", default=False,
                 help="write every stored row to reports/results.jsonl at the end")
 
@@ -51,6 +58,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("satbench_concurrency", "default for --concurrency")
     parser.addini("satbench_recon", "default --recon specs", type="linelist")
     parser.addini("satbench_prompt_style", "default for --prompt-style")
+    parser.addini("satbench_gates", "accuracy gates, one per line (added to --gate)", type="linelist")
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,10 @@ class Settings:
     iou: str = "inclusive"
     blind: bool = False
     export_jsonl: bool = False
+    allow_protocol_change: bool = False
+    gates: tuple[Gate, ...] = ()
+    bootstrap: int = 1000
+    reports: bool = True
     api_key: str | None = field(default=None, repr=False)
 
 
@@ -245,8 +257,26 @@ def parse_settings(config: pytest.Config) -> Settings:
         iou=_choice("--iou", opt("iou"), ("inclusive", "continuous"), "inclusive") or "inclusive",
         blind=bool(opt("blind")),
         export_jsonl=bool(opt("export_jsonl")),
+        allow_protocol_change=bool(opt("allow_protocol_change")),
+        gates=_gates(config),
+        bootstrap=_int("--bootstrap", opt("bootstrap"), 1000, minimum=0),
+        reports=not opt("no_reports"),
         api_key=os.environ.get("SATBENCH_API_KEY") or os.environ.get("OPENAI_API_KEY"),
     )
+
+
+def _gates(config: pytest.Config) -> tuple[Gate, ...]:
+    try:
+        from_ini = list(config.getini("satbench_gates") or [])
+    except ValueError:
+        from_ini = []
+    out = []
+    for text in from_ini + list(config.getoption("gate") or []):
+        try:
+            out.append(parse_gate(text))
+        except GateError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return tuple(out)
 
 
 def _tag(raw: str | None) -> str:

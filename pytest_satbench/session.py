@@ -8,7 +8,9 @@ controller it only collects reports and renders the summary; items run on the wo
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
+import uuid
 import threading
 import time
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from . import registry
+from . import gates, registry
 from .answering import ItemResult, Job, QuestionRunner
 from .codecs.base import build_codecs
 from .collection import (
@@ -69,12 +71,18 @@ class SatbenchSession:
         self.config = config
         self.settings = settings
         self.is_worker = hasattr(config, "workerinput")
-        self.summary = SummaryCollector(settings)
+        self.summary = SummaryCollector(settings, iterations=settings.bootstrap)
         self.left_out: list[str] = []
         self.not_loaded: list[str] = []
         self._runtime: _Runtime | None = None
         self._builtin = None
         self._results: dict[str, ItemResult] = {}
+        workerinput = getattr(config, "workerinput", {})
+        self.run_id: str = workerinput.get("satbench_run_id") or uuid.uuid4().hex[:16]
+        self.dataset_hashes: dict[str, dict[str, str]] = {}
+        self.gate_results: list[gates.GateResult] = []
+        self.report_dirs: list[Path] = []
+        self.report_error: str | None = None
 
     # ------------------------------------------------------------------ collection
     @pytest.hookimpl(tryfirst=True)
@@ -105,6 +113,8 @@ class SatbenchSession:
             questions = list(bench.load(LoadRequest(root, self.settings.limit)))
         except DatasetError as exc:
             return [DatasetErrorItem.from_parent(collector, name=name, message=str(exc))]
+        if self.settings.servers or self.settings.builtin_server:
+            self.dataset_hashes[bench_name] = dataset_hashes(bench, root)
         return make_items(collector, name, questions)
 
     def _keyword_selects(self, collector: pytest.Collector, name: str) -> bool:
@@ -160,6 +170,11 @@ class SatbenchSession:
         assert self._runtime is not None, "satbench runtime not started"
         result = self._runtime.lookahead.result(item)
         self._results[item.nodeid] = result
+        if result.fingerprints:
+            self._runtime.store.record_item(
+                self.run_id, item.nodeid, item.question.benchmark, question_record(item.question, result.prompt),
+                result.fingerprints,
+            )
         outcome = classify(result)
         if outcome == ERROR:
             raise QuestionFailed(failure_message(result))
@@ -201,10 +216,53 @@ class SatbenchSession:
         root = f"{s.data_root} ({s.data_root_source})" if s.data_root else "none"
         return [f"satbench: servers: {servers}; arms: {arms}; data root: {root}; prompt style: {s.prompt_style}"]
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Controller only, after every item: statistics, gates, reports."""
+        if self.is_worker or not self.summary.by_benchmark:
+            return
+        stats = self.summary.stats()
+        self.gate_results = gates.evaluate(list(self.settings.gates), stats)
+        if any(not g.passed for g in self.gate_results) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = gates.GATE_FAILED_EXIT
+        store = ResultStore(self._cache_dir("satbench") / "results.sqlite")
+        try:
+            store.finish_run(self.run_id)
+            if self.settings.reports:
+                self.report_dirs = self._write_reports(store)
+        finally:
+            store.close()
+
+    def _write_reports(self, store: ResultStore) -> list[Path]:
+        try:
+            from .report import write_reports
+        except ImportError:
+            return []
+        out = Path(self.config.rootpath) / "reports"
+        try:
+            return write_reports(
+                store, self.run_id, out, gates=[g.to_dict() for g in self.gate_results],
+                iterations=self.settings.bootstrap,
+            )
+        except Exception as exc:  # a report bug must not hide the run's results
+            self.report_error = f"{type(exc).__name__}: {exc}"
+            return []
+
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if self.is_worker:
             return
         self.summary.render(terminalreporter)
+        if self.gate_results:
+            terminalreporter.write_sep("-", "satbench gates")
+            for line in gates.render(self.gate_results):
+                terminalreporter.write_line(line, red="FAIL" in line[:80] and "  FAIL  " in line, green="  PASS  " in line)
+            failed = sum(not g.passed for g in self.gate_results)
+            if failed:
+                terminalreporter.write_line(f"satbench: {failed} gate(s) failed (exit status {gates.GATE_FAILED_EXIT} when no item failed)", red=True)
+        for folder in self.report_dirs:
+            terminalreporter.write_line(f"satbench: report written to {folder}")
+        if self.report_error:
+            terminalreporter.write_line(f"satbench: writing reports failed: {self.report_error}", red=True)
         if self.not_loaded and config.option.verbose > 0:
             terminalreporter.write_line(f"satbench: not loaded (-k selects none of their items): {', '.join(self.not_loaded)}")
         if self.settings.export_jsonl:
@@ -217,6 +275,7 @@ class SatbenchSession:
     # ------------------------------------------------------------------ xdist
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["satbench_run_id"] = self.run_id
         if self._builtin is None and self.settings.builtin_server:
             from .server import start_server
 
@@ -227,6 +286,74 @@ class SatbenchSession:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._builtin is not None:
             self._builtin.close()
+
+
+def run_protocol(owner: SatbenchSession, model: str, urls: list[str]) -> dict[str, Any]:
+    """What exactly was measured (never an API key): protocol.json of every report."""
+    from . import __version__
+
+    s = owner.settings
+    return {
+        "plugin_version": __version__,
+        "command": ["pytest", *owner.config.invocation_params.args],
+        "model": model,
+        "servers": ["builtin reference server"] if s.builtin_server else list(urls),
+        "sampling": {"temperature": 0.0, "max_tokens": s.max_new},
+        "prompt_style": s.prompt_style,
+        "box_grid": s.box_grid,
+        "iou": s.iou,
+        "arms": ["orig", *[a.canonical for a in s.arms], *(["blind"] if s.blind else [])],
+        "limit": s.limit,
+        "datasets": owner.dataset_hashes,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "tag": s.tag,
+    }
+
+
+def protocol_conflict(store: ResultStore, tag: str, run_id: str, proto: dict[str, Any]) -> str | None:
+    """Why this run must not be merged into the earlier runs reported under the same tag."""
+    for prev in store.runs(tag):
+        if prev["run_id"] == run_id:
+            continue
+        old = prev["protocol"]
+        assert isinstance(old, dict)
+        if old.get("model") != proto["model"]:
+            return (
+                f"--tag {tag} was measured with model {old.get('model')!r}, this run asks {proto['model']!r}; "
+                "pass another --tag, or --allow-protocol-change to mix them"
+            )
+        for bench, files in proto["datasets"].items():
+            before = (old.get("datasets") or {}).get(bench)
+            if before and before != files:
+                return (
+                    f"--tag {tag}: the {bench} dataset files changed since the earlier run (sha256 differs); "
+                    "pass another --tag, or --allow-protocol-change to mix them"
+                )
+        return None  # the latest earlier run decides
+    return None
+
+
+def question_record(q: Question, prompt: str) -> dict[str, Any]:
+    """What reports need of a question, as plain JSON (kept with the run in the store)."""
+    return {
+        "key": q.key, "text": q.text, "answer": q.answer, "types": list(q.types), "kind": q.kind,
+        "choices": list(q.choices) if q.choices else None, "extra": [list(kv) for kv in q.extra],
+        "image_id": q.image.id, "image_path": q.image.path, "prompt": prompt,
+    }
+
+
+def dataset_hashes(bench: registry.Benchmark, root: Path) -> dict[str, str]:
+    """sha256 of the benchmark's dataset files (not images): the frozen-benchmark check."""
+    out: dict[str, str] = {}
+    for rel in bench.requires:
+        for path in sorted(root.glob(rel)) if any(c in rel for c in "*?[") else [root / rel]:
+            if path.is_file():
+                h = hashlib.sha256()
+                with open(path, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(block)
+                out[str(path.relative_to(root))] = h.hexdigest()
+    return out
 
 
 def chance(q: Question) -> float | None:
@@ -282,6 +409,13 @@ class _Runtime:
             raise pytest.UsageError(f"satbench: {exc}") from None
         owner.summary.model = model
         self.store = ResultStore(owner._cache_dir("satbench") / "results.sqlite")
+        proto = run_protocol(owner, model, urls)
+        if not s.allow_protocol_change:
+            problem = protocol_conflict(self.store, s.tag, owner.run_id, proto)
+            if problem:
+                self.pool.close()
+                raise pytest.UsageError(f"satbench: {problem}")
+        self.store.start_run(owner.run_id, s.tag, proto)
         disk_cache = None
         try:
             from .diskcache import DiskCache

@@ -206,9 +206,10 @@ class ResultStore:
     # A run records which questions it covered and with which fingerprints, so reports are
     # rebuilt from the store (answers + the run's items), resumed or not.
     def start_run(self, run_id: str, tag: str, protocol: dict[str, object]) -> None:
+        """Idempotent: xdist workers of one run all call it with the same run id."""
         with self._write_lock:
             self._conn().execute(
-                "INSERT OR REPLACE INTO runs (run_id, tag, started, finished, protocol) VALUES (?, ?, ?, NULL, ?)",
+                "INSERT OR IGNORE INTO runs (run_id, tag, started, finished, protocol) VALUES (?, ?, ?, NULL, ?)",
                 (run_id, tag, time.time(), json.dumps(protocol, sort_keys=True)),
             )
 

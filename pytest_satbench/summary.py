@@ -46,6 +46,7 @@ class SummaryCollector:
         self.model: str | None = None
         self.from_store = 0
         self.answered = 0
+        self._stats: dict[str, BenchmarkStats] | None = None
 
     def add(self, data: dict[str, Any]) -> None:
         self.by_benchmark[data["b"]].append(data)
@@ -57,10 +58,13 @@ class SummaryCollector:
                     self.answered += 1
 
     def stats(self) -> dict[str, BenchmarkStats]:
-        return {
-            name: summarize(records_from_payloads(rows), iterations=self.iterations, seed=0)
-            for name, rows in sorted(self.by_benchmark.items())
-        }
+        """Computed once, after the last item (gates and the terminal both use them)."""
+        if self._stats is None:
+            self._stats = {
+                name: summarize(records_from_payloads(rows), iterations=self.iterations, seed=0)
+                for name, rows in sorted(self.by_benchmark.items())
+            }
+        return self._stats
 
     def render(self, tr: Any) -> None:
         if not self.by_benchmark:
