@@ -8,11 +8,16 @@ Behaviour lives in modules named for one concern: `options` (validation), `colle
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
+from . import prompts
+from .answering import ItemResult, Job
+from .client import ServerPool
 from .collection import SESSION_KEY
+from .images import ImagePipeline
+from .question import Question
 from .options import add_options, parse_settings
 from .session import SatbenchSession
 
@@ -39,13 +44,37 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(XdistHooks(config), "satbench-xdist")
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    state = config.stash.get(SESSION_KEY, None)
-    if state is not None:
-        config.pluginmanager.unregister(state)
+# ---------------------------------------------------------------------- public fixtures
+# For users writing their own benchmark tests: the same servers, reconstruction arms (with
+# the single-flight per-image cache) and results store the benchmark items use.
 
 
 @pytest.fixture(scope="session")
-def satbench(pytestconfig: pytest.Config) -> Any:
-    """The run's state: settings, and once items run, the server pool and image pipeline."""
-    return pytestconfig.stash[SESSION_KEY]
+def satbench_servers(request: pytest.FixtureRequest) -> ServerPool:
+    """The health-checked server pool (`ask(model=, prompt=, image_jpeg=, max_tokens=)`)."""
+    return request.config.stash[SESSION_KEY].runtime(request.session).pool
+
+
+@pytest.fixture(scope="session")
+def satbench_model(request: pytest.FixtureRequest) -> str:
+    """The model id every request asks for (--model, or the one the servers list)."""
+    return request.config.stash[SESSION_KEY].runtime(request.session).runner.settings.model
+
+
+@pytest.fixture(scope="session")
+def satbench_images(request: pytest.FixtureRequest) -> ImagePipeline:
+    """The reconstruction arms: `get(ImageRef) -> Future[PreparedImage]` with JPEG bytes per arm."""
+    return request.config.stash[SESSION_KEY].runtime(request.session).images
+
+
+@pytest.fixture
+def satbench_ask(request: pytest.FixtureRequest) -> Callable[[Question], ItemResult]:
+    """Ask a `Question` in every arm, through the store (answers are reused on reruns)."""
+    runtime = request.config.stash[SESSION_KEY].runtime(request.session)
+    nodeid = request.node.nodeid
+
+    def ask(question: Question, timeout: float | None = None) -> ItemResult:
+        prompt = prompts.render(question, runtime.runner.settings.prompt_style)
+        return runtime.runner.submit(Job(f"{nodeid}::{question.key}", question, prompt)).result(timeout)
+
+    return ask

@@ -162,6 +162,12 @@ class SatbenchSession:
             if self._runtime is not None:
                 self._runtime.close()
 
+    def runtime(self, session: pytest.Session) -> _Runtime:
+        """Servers, images and store, started on first use (the public fixtures use this)."""
+        if self._runtime is None:
+            self._runtime = _Runtime.start(self, session, [])
+        return self._runtime
+
     def _is_controller(self) -> bool:
         dsession = self.config.pluginmanager.get_plugin("dsession")
         return dsession is not None and not self.is_worker
@@ -398,8 +404,11 @@ class _Runtime:
             raise pytest.UsageError(
                 "satbench: benchmark items need servers: pass --servers http://HOST:PORT[,...] or --servers builtin"
             )
+        # --concurrency is for the whole run: xdist workers share it
+        workers = int(getattr(owner.config, "workerinput", {}).get("workercount", 1) or 1)
+        concurrency = max(1, s.concurrency // workers)
         self.pool = ServerPool(
-            urls, timeout=s.request_timeout, retries=s.retries, concurrency=s.concurrency, api_key=s.api_key
+            urls, timeout=s.request_timeout, retries=s.retries, concurrency=concurrency, api_key=s.api_key
         )
         try:
             self.pool.health_check()
@@ -437,7 +446,7 @@ class _Runtime:
 
         self.runner = QuestionRunner(
             pool=self.pool, images=self.images, store=self.store, settings=settings,
-            score_options=score_options, blind=s.blind, fresh=s.fresh, concurrency=s.concurrency,
+            score_options=score_options, blind=s.blind, fresh=s.fresh, concurrency=concurrency,
         )
         style = s.prompt_style
 
@@ -466,7 +475,7 @@ class _Runtime:
             upcoming,
             submit=lambda item: self.runner.submit(job(item)),
             key=lambda item: item.nodeid,
-            window=max(2 * s.concurrency, 8),
+            window=max(2 * concurrency, 8),
         )
         self.lookahead.start()
         self.started = time.monotonic()

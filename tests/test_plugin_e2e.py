@@ -282,3 +282,25 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_results(pytester: pytest.Pyt
 
 def _final_line_text(out: str) -> str:
     return out.strip().splitlines()[-1].rsplit(" in ", 1)[0]
+
+
+def test_public_fixtures_answer_a_users_own_question(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    img = tmp_path / "scene.png"
+    Image.new("RGB", (64, 64), (0, 0, 255)).save(img)
+    pytester.makepyfile(test_mine=f"""
+        from pytest_satbench import ImageRef, Question
+
+        def test_water(satbench_ask, satbench_model, satbench_images):
+            q = Question(benchmark="mine", key="w1", image=ImageRef(id="scene", path={str(img)!r}),
+                         text="Is there a water area?", answer="yes", types=("presence",))
+            result = satbench_ask(q)
+            assert satbench_model == "m"
+            assert set(result.arms) == {{"orig", "jpeg:quality=50"}}
+            assert result.arms["orig"].correct and result.arms["orig"].text == "yes"
+    """)
+    with FakeVLM(models=["m"], answer=always("yes")) as srv:
+        result = pytester.runpytest("--servers", srv.url, "--recon", "jpeg:quality=50", "-q",
+                                    "-W", "ignore::pytest.PytestAssertRewriteWarning")
+        assert srv.chat_requests == 2
+    assert result.ret == 0
+    result.assert_outcomes(passed=1)

@@ -1,0 +1,338 @@
+"""Loopback OpenAI-compatible test servers that misbehave on request.
+
+`FakeVLM` is a real `ThreadingHTTPServer` on 127.0.0.1 (an ephemeral port) running in a
+daemon thread, speaking HTTP/1.1 keep-alive like vLLM does:
+
+    with FakeVLM(models=["m"], answer=lambda prompt, has_image, img: "yes") as srv:
+        pool = ServerPool([srv.url], ...)
+
+Failures are scripted with `Fail` values, per chat request number (1-based, counting only
+POST /v1/chat/completions) or per prompt (the n-th request carrying that prompt gets the
+n-th entry of its list; later ones succeed):
+
+    FakeVLM(fail_at={1: Fail.status(500)}, fail_prompt={"q": [Fail.reset(), Fail.hang(5)]})
+
+Using it from pytester: the server is a real TCP listener in the test process, so a pytest
+run by `pytester.runpytest()` (in-process) and by `pytester.runpytest_subprocess()` can both
+reach it: pass `srv.url` on the command line (`--servers`), and read the counters after the
+run returns. For a server in a process of its own (manual runs, a test that kills the test
+process), run `python tests/servers.py --model m [--answer TEXT] [--port N]`: it prints its
+URL on the first line of stdout and serves until killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+AnswerFn = Callable[[str, bool, "bytes | None"], str]
+
+FailKind = Literal["status", "reset", "hang", "malformed", "truncated"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """One injected failure. Build with the class methods."""
+
+    kind: FailKind
+    status: int = 500
+    retry_after: str | None = None
+    message: str = "injected failure"
+    seconds: float = 0.0
+
+    @classmethod
+    def http(cls, status: int, message: str = "injected failure",
+             retry_after: str | float | None = None) -> Fail:
+        """An HTTP error with an OpenAI-style error body. `message` may contain
+        "{authorization}", replaced by the request's Authorization header (servers that
+        echo credentials exist; the client must not repeat them)."""
+        return cls("status", status=status, message=message,
+                   retry_after=None if retry_after is None else str(retry_after))
+
+    @classmethod
+    def rate_limited(cls, retry_after: str | float | None = None) -> Fail:
+        return cls.http(429, "rate limited", retry_after=retry_after)
+
+    @classmethod
+    def reset(cls) -> Fail:
+        """Close the connection with an RST and no response."""
+        return cls("reset")
+
+    @classmethod
+    def hang(cls, seconds: float) -> Fail:
+        """Say nothing for `seconds` (longer than the client's timeout), then answer."""
+        return cls("hang", seconds=seconds)
+
+    @classmethod
+    def malformed(cls) -> Fail:
+        """HTTP 200 with a body that is not valid JSON (a truncated chat completion)."""
+        return cls("malformed")
+
+    @classmethod
+    def truncated(cls) -> Fail:
+        """HTTP 200 announcing more bytes than it sends, then closing."""
+        return cls("truncated")
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One chat request as the server saw it."""
+
+    prompt: str
+    model: str | None
+    max_tokens: int | None
+    temperature: float | None
+    has_image: bool
+    image_bytes: bytes | None
+    authorization: str | None
+    body: dict[str, Any] = field(repr=False)
+
+
+def _default_answer(prompt: str, has_image: bool, image: bytes | None) -> str:
+    return "fake answer"
+
+
+class FakeVLM:
+    """A scriptable OpenAI-compatible chat server. Counters are safe to read at any time."""
+
+    def __init__(self, models: list[str] | None = None, *, answer: AnswerFn | None = None,
+                 fail_at: dict[int, Fail] | None = None,
+                 fail_prompt: dict[str, list[Fail]] | None = None,
+                 fail_always: Fail | None = None, fail_models: Fail | None = None,
+                 delay: float = 0.0, finish_reason: str | None = "stop",
+                 usage: dict[str, Any] | None | Literal["auto"] = "auto",
+                 response_model: str | None = None) -> None:
+        self.models = list(models) if models is not None else ["fake-vlm"]
+        self.answer = answer or _default_answer
+        self.fail_at = dict(fail_at or {})
+        self.fail_prompt = {k: list(v) for k, v in (fail_prompt or {}).items()}
+        self.fail_always = fail_always
+        self.fail_models = fail_models
+        self.delay = delay  # seconds every chat answer takes: a slow server
+        self.finish_reason = finish_reason
+        # "auto": prompt_tokens = len(prompt), completion_tokens = len(answer); None: omit.
+        self.usage = usage
+        self.response_model = response_model  # model id put in answers; default: the requested one
+        self.lock = threading.Lock()
+        self.hits: Counter[str] = Counter()  # per path
+        self.prompt_hits: Counter[str] = Counter()
+        self.chat_requests = 0
+        self.connections = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.recorded: list[Recorded] = []
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "FakeVLM is not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self, port: int = 0) -> FakeVLM:
+        fake = self
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True  # a hanging handler must not block shutdown
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                with fake.lock:
+                    fake.connections += 1
+                super().process_request(request, client_address)
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # clients that hang up on a hanging handler are expected here
+
+        self._httpd = Server(("127.0.0.1", port), _handler_for(self))
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeVLM:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ scripting
+    def _pick_failure(self, prompt: str) -> Fail | None:
+        with self.lock:
+            self.chat_requests += 1
+            self.prompt_hits[prompt] += 1
+            n, k = self.chat_requests, self.prompt_hits[prompt]
+            script = self.fail_prompt.get(prompt, [])
+            if k <= len(script):
+                return script[k - 1]
+            if n in self.fail_at:
+                return self.fail_at[n]
+            return self.fail_always
+
+
+def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as vLLM/uvicorn
+        # Headers and body go out in two writes; with Nagle on, the body of every response
+        # after a connection's first waits ~40 ms for a delayed ACK. uvicorn sets TCP_NODELAY.
+        disable_nagle_algorithm = True
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+            raw = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def _fail(self, f: Fail) -> None:
+            if f.kind == "status":
+                msg = f.message.replace("{authorization}", self.headers.get("Authorization", ""))
+                hdr = {"Retry-After": f.retry_after} if f.retry_after is not None else None
+                self._json(f.status, {"error": {"message": msg, "code": f.status}}, hdr)
+            elif f.kind == "reset":
+                # SO_LINGER 0 makes close() send RST: "connection reset by peer".
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.connection.close()
+                self.close_connection = True
+            elif f.kind == "hang":
+                time.sleep(f.seconds)
+                self.close_connection = True
+                try:
+                    self._json(503, {"error": {"message": "too late"}})
+                except OSError:
+                    pass
+            elif f.kind == "malformed":
+                raw = b'{"id": "x", "choices": [{"index": 0, "message": {"role": "assist'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+            elif f.kind == "truncated":
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                self.wfile.write(b'{"choices": [')
+                self.close_connection = True
+
+        def do_GET(self) -> None:
+            with fake.lock:
+                fake.hits[self.path] += 1
+            if self.path.rstrip("/") != "/v1/models":
+                self._json(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            if fake.fail_models is not None:
+                self._fail(fake.fail_models)
+                return
+            self._json(200, {"object": "list",
+                             "data": [{"id": m, "object": "model"} for m in fake.models]})
+
+        def do_POST(self) -> None:
+            with fake.lock:
+                fake.hits[self.path] += 1
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path != "/v1/chat/completions":
+                self._json(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            try:
+                body = json.loads(raw)
+                content = body["messages"][0]["content"]
+                parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+                prompt = "".join(p.get("text", "") for p in parts if p.get("type") == "text")
+                image: bytes | None = None
+                for p in parts:
+                    if p.get("type") == "image_url":
+                        url = p["image_url"]["url"]
+                        image = base64.b64decode(url.split(",", 1)[1])
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+                self._json(400, {"error": {"message": f"bad request body: {e}"}})
+                return
+            with fake.lock:
+                fake.recorded.append(Recorded(
+                    prompt=prompt, model=body.get("model"), max_tokens=body.get("max_tokens"),
+                    temperature=body.get("temperature"), has_image=image is not None,
+                    image_bytes=image, authorization=self.headers.get("Authorization"),
+                    body=body))
+                fake.in_flight += 1
+                fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+            try:
+                failure = fake._pick_failure(prompt)
+                if failure is not None:
+                    self._fail(failure)
+                    return
+                if fake.delay:
+                    time.sleep(fake.delay)
+                text = fake.answer(prompt, image is not None, image)
+                usage: dict[str, Any] | None
+                if fake.usage == "auto":
+                    usage = {"prompt_tokens": len(prompt), "completion_tokens": len(text),
+                             "total_tokens": len(prompt) + len(text)}
+                else:
+                    usage = fake.usage
+                out: dict[str, Any] = {
+                    "id": f"chatcmpl-{fake.chat_requests}", "object": "chat.completion",
+                    "model": fake.response_model or body.get("model"),
+                    "choices": [{"index": 0, "finish_reason": fake.finish_reason,
+                                 "message": {"role": "assistant", "content": text}}],
+                }
+                if usage is not None:
+                    out["usage"] = usage
+                self._json(200, out)
+            finally:
+                with fake.lock:
+                    fake.in_flight -= 1
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Run a FakeVLM until killed; prints its URL.")
+    ap.add_argument("--model", action="append", help="model id to list (repeatable)")
+    ap.add_argument("--answer", default="fake answer", help="text every question gets")
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds per answer")
+    ap.add_argument("--port", type=int, default=0)
+    a = ap.parse_args(argv)
+    text = a.answer
+    srv = FakeVLM(a.model or ["fake-vlm"], answer=lambda p, h, i: text, delay=a.delay)
+    srv.start(a.port)
+    print(srv.url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
