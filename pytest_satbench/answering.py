@@ -10,13 +10,13 @@ A stored answer is reused when its fingerprint matches; wrong answers are never 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .client import Answer, RequestFailed, ServerPool
 from .fingerprint import AskSettings, arm_fingerprint
-from .images import BLIND, ORIG, ImageError, ImagePipeline, PreparedImage
+from .images import BLIND, ORIG, REPEAT, ImageError, ImagePipeline, PreparedImage, image_arm
 from .question import Question
 from .scoring import Score, ScoreOptions, score
 from .store import AnswerRow, ResultStore
@@ -62,6 +62,7 @@ class Job:
     nodeid: str
     question: Question
     prompt: str
+    repeats: int = 0  # ask the original this many times in all (--repeat-orig), 0: once
 
 
 class QuestionRunner:
@@ -89,12 +90,15 @@ class QuestionRunner:
         self.requests_sent = 0
 
     # ------------------------------------------------------------------ planning
+    def arms_for(self, job: Job) -> list[str]:
+        return self.arms + [f"{REPEAT}{i}" for i in range(2, job.repeats + 1)]
+
     def fingerprints(self, job: Job) -> tuple[dict[str, str], tuple[int, int] | None]:
         """Fingerprint per arm, and the geometry the image is sent at."""
         info = self.images.info(job.question.image)
         size = self.images.target_size(info)
         fps = {}
-        for arm in self.arms:
+        for arm in self.arms_for(job):
             blind = arm == BLIND
             fps[arm] = arm_fingerprint(
                 self.settings,
@@ -113,7 +117,7 @@ class QuestionRunner:
             fps, size = self.fingerprints(job)
             result.fingerprints = fps
         except ImageError as exc:
-            for arm in self.arms:
+            for arm in self.arms_for(job):
                 result.arms[arm] = ArmResult(arm, "error", error=str(exc))
             done.set_result(result)
             return done
@@ -121,7 +125,8 @@ class QuestionRunner:
         stored = {} if self.fresh else self.store.get_many(job.nodeid, list(fps.items()))
         for arm, row in stored.items():
             result.arms[arm] = self._from_row(job, row, size)
-        missing = [a for a in self.arms if a not in stored]
+        arms = self.arms_for(job)
+        missing = [a for a in arms if a not in stored]
         if not missing:
             done.set_result(result)
             return done
@@ -134,7 +139,7 @@ class QuestionRunner:
                 pending[0] -= 1
                 last = pending[0] == 0
             if last:
-                result.arms = {a: result.arms[a] for a in self.arms}
+                result.arms = {a: result.arms[a] for a in arms}
                 done.set_result(result)
 
         def ask(arm: str, prepared: PreparedImage | None) -> None:
@@ -165,7 +170,7 @@ class QuestionRunner:
 
     # ------------------------------------------------------------------ one request
     def _ask(self, job: Job, arm: str, fp: str, prepared: PreparedImage | None, size: tuple[int, int] | None) -> ArmResult:
-        arm_image = prepared.arms[arm] if prepared is not None else None
+        arm_image = prepared.arms[image_arm(arm)] if prepared is not None else None
         with self._lock:
             self.requests_sent += 1
         try:
@@ -228,8 +233,3 @@ class QuestionRunner:
     def close(self) -> None:
         self._requests.shutdown(wait=False, cancel_futures=True)
 
-
-def arms_in_order(arms: Sequence[str]) -> list[str]:
-    """orig first, blind last, reconstructions in between in the order given."""
-    middle = [a for a in arms if a not in (ORIG, BLIND)]
-    return ([ORIG] if ORIG in arms else []) + middle + ([BLIND] if BLIND in arms else [])

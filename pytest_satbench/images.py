@@ -29,7 +29,17 @@ from .store import ImageInfo, ResultStore
 
 ORIG = "orig"
 BLIND = "blind"
+REPEAT = "orig~"  # orig~2, orig~3...: the original asked again (--repeat-orig noise floor)
 SEND_QUALITY = 95
+
+
+def is_repeat(arm: str) -> bool:
+    return arm.startswith(REPEAT)
+
+
+def image_arm(arm: str) -> str:
+    """Which prepared image an arm sends: repeats send the original's bytes."""
+    return ORIG if is_repeat(arm) else arm
 
 
 class ImageError(Exception):

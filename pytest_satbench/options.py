@@ -45,6 +45,9 @@ def add_options(parser: pytest.Parser) -> None:
                 help="also ask every question with no image (language-prior control)")
     g.addoption("--gate", action="append", default=[], metavar="EXPR",
                 help="accuracy gate, repeatable: [BENCHMARK[/TYPE]:]METRIC OP NUMBER, e.g. 'rsvqa_lr:recon>=0.80', 'delta>=-2.0'")
+    g.addoption("--repeat-orig", metavar="K",
+                help="noise floor: ask the original K times in all on a sample of questions and report how often the verdict flips")
+    g.addoption("--repeat-sample", metavar="N", help="questions per benchmark in the --repeat-orig sample (default 200)")
     g.addoption("--bootstrap", help="bootstrap resamples for the intervals (default 1000)")
     g.addoption("--no-reports", action="store_true", default=False, help="do not write reports/<benchmark>/<tag>/")
     g.addoption("--allow-protocol-change", action="store_true", default=False,
@@ -86,6 +89,8 @@ class Settings:
     allow_protocol_change: bool = False
     gates: tuple[Gate, ...] = ()
     bootstrap: int = 1000
+    repeat_orig: int = 0
+    repeat_sample: int = 200
     reports: bool = True
     api_key: str | None = field(default=None, repr=False)
 
@@ -236,7 +241,7 @@ def parse_settings(config: pytest.Config) -> Settings:
         pass
     except (KeyError, ValueError) as exc:
         raise pytest.UsageError(f"--prompt-style: {exc.args[0] if exc.args else exc}") from None
-    return Settings(
+    return _check_repeat(Settings(
         servers=servers,
         builtin_server=builtin,
         model=opt("model") or _ini(config, "satbench_model"),
@@ -260,9 +265,17 @@ def parse_settings(config: pytest.Config) -> Settings:
         allow_protocol_change=bool(opt("allow_protocol_change")),
         gates=_gates(config),
         bootstrap=_int("--bootstrap", opt("bootstrap"), 1000, minimum=0),
+        repeat_orig=_int("--repeat-orig", opt("repeat_orig"), 0, minimum=0),
+        repeat_sample=_int("--repeat-sample", opt("repeat_sample"), 200),
         reports=not opt("no_reports"),
         api_key=os.environ.get("SATBENCH_API_KEY") or os.environ.get("OPENAI_API_KEY"),
-    )
+    ))
+
+
+def _check_repeat(settings: Settings) -> Settings:
+    if settings.repeat_orig == 1:
+        raise pytest.UsageError("--repeat-orig: K is the number of asks in all; pass 2 or more (or 0 to turn it off)")
+    return settings
 
 
 def _gates(config: pytest.Config) -> tuple[Gate, ...]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .answering import ItemResult
-from .images import BLIND, ORIG
+from .images import BLIND, ORIG, is_repeat
 
 SAME, REGRESSED, IMPROVED, WRONG, CORRECT, ERROR = "same", "regressed", "improved", "wrong", "correct", "error"
 
@@ -28,7 +28,7 @@ def classify(result: ItemResult) -> str:
     if result.errors:
         return ERROR
     orig = result.arms[ORIG].correct
-    recon = [a for name, a in result.arms.items() if name not in (ORIG, BLIND)]
+    recon = [a for name, a in result.arms.items() if is_recon(name)]
     if not recon:
         return CORRECT if orig else WRONG
     if orig and any(not a.correct for a in recon):
@@ -36,6 +36,10 @@ def classify(result: ItemResult) -> str:
     if not orig and any(a.correct for a in recon):
         return IMPROVED
     return SAME
+
+
+def is_recon(arm: str) -> bool:
+    return arm not in (ORIG, BLIND) and not is_repeat(arm)
 
 
 def failure_message(result: ItemResult) -> str:
@@ -48,7 +52,7 @@ def regression_message(result: ItemResult) -> str:
     orig = result.arms[ORIG]
     bits = [f"expected {q.answer!r}", f"orig answered {_short(orig)}"]
     for name, a in result.arms.items():
-        if name not in (ORIG, BLIND) and not a.correct:
+        if is_recon(name) and not a.correct:
             bits.append(f"{name} answered {_short(a)}")
     return "REGRESSED: " + ", ".join(bits)
 

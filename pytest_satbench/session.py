@@ -80,6 +80,7 @@ class SatbenchSession:
         workerinput = getattr(config, "workerinput", {})
         self.run_id: str = workerinput.get("satbench_run_id") or uuid.uuid4().hex[:16]
         self.dataset_hashes: dict[str, dict[str, str]] = {}
+        self.repeat_keys: set[tuple[str, str]] = set()
         self.gate_results: list[gates.GateResult] = []
         self.report_dirs: list[Path] = []
         self.report_error: str | None = None
@@ -115,6 +116,8 @@ class SatbenchSession:
             return [DatasetErrorItem.from_parent(collector, name=name, message=str(exc))]
         if self.settings.servers or self.settings.builtin_server:
             self.dataset_hashes[bench_name] = dataset_hashes(bench, root)
+        if self.settings.repeat_orig:
+            self.repeat_keys |= repeat_sample(questions, self.settings.repeat_sample)
         return make_items(collector, name, questions)
 
     def _keyword_selects(self, collector: pytest.Collector, name: str) -> bool:
@@ -339,6 +342,12 @@ def protocol_conflict(store: ResultStore, tag: str, run_id: str, proto: dict[str
     return None
 
 
+def repeat_sample(questions: list[Question], n: int) -> set[tuple[str, str]]:
+    """A fixed pseudo-random sample (by hash of benchmark and key), spread over images."""
+    ranked = sorted(questions, key=lambda q: hashlib.sha1(f"{q.benchmark}:{q.key}".encode()).hexdigest())
+    return {(q.benchmark, q.key) for q in ranked[:n]}
+
+
 def question_record(q: Question, prompt: str) -> dict[str, Any]:
     """What reports need of a question, as plain JSON (kept with the run in the store)."""
     return {
@@ -451,7 +460,9 @@ class _Runtime:
         style = s.prompt_style
 
         def job(item: QuestionItem) -> Job:
-            return Job(item.nodeid, item.question, prompts.render(item.question, style))
+            q = item.question
+            repeats = s.repeat_orig if (q.benchmark, q.key) in owner.repeat_keys else 0
+            return Job(item.nodeid, q, prompts.render(q, style), repeats)
 
         upcoming: Any
         interactor = _xdist_interactor(owner.config)

@@ -10,13 +10,41 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
-from .images import BLIND, ORIG
+from .images import BLIND, ORIG, is_repeat
 from .options import Settings
 from .stats import ArmOutcome, BenchmarkStats, QuestionRecord, summarize
 
 _OK = ArmOutcome("ok", True, True)
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """--repeat-orig: how often asking the same original again changes the verdict."""
+
+    questions: int  # sampled questions with every repeat answered
+    asks: int  # K
+    flipped: int  # questions whose correctness differed between asks
+
+    @property
+    def rate(self) -> float:
+        return self.flipped / self.questions if self.questions else float("nan")
+
+
+def noise_floor(payloads: list[dict[str, Any]]) -> NoiseFloor | None:
+    questions = flipped = asks = 0
+    for data in payloads:
+        verdicts = [(row[2], row[1]) for row in data["arms"] if row[0] == ORIG or is_repeat(row[0])]
+        if len(verdicts) < 2:
+            continue
+        if any(status != "ok" for _, status in verdicts):
+            continue
+        asks = max(asks, len(verdicts))
+        questions += 1
+        flipped += len({correct for correct, _ in verdicts}) > 1
+    return NoiseFloor(questions, asks, flipped) if asks else None
 
 
 def records_from_payloads(payloads: list[dict[str, Any]]) -> list[QuestionRecord]:
@@ -25,6 +53,8 @@ def records_from_payloads(payloads: list[dict[str, Any]]) -> list[QuestionRecord
         arms = {}
         views = {}
         for arm, status, correct, parsed, truncated, _from_store, arm_views in data["arms"]:
+            if is_repeat(arm):
+                continue  # the noise floor is reported on its own, not as an arm
             ok = status == "ok"
             arms[arm] = ArmOutcome(status, bool(correct and ok), bool(parsed and ok), bool(truncated and ok))
             if arm_views:
@@ -73,6 +103,12 @@ class SummaryCollector:
             tr.write_sep("=", f"satbench: {name}")
             for line in render_benchmark(st):
                 tr.write_line(line)
+            floor = noise_floor(self.by_benchmark[name])
+            if floor is not None:
+                tr.write_line(
+                    f"noise floor: the original asked {floor.asks}x on {floor.questions} questions changed its verdict "
+                    f"on {floor.flipped} ({100 * floor.rate:.1f}%); a per-question delta rate below that is server noise"
+                )
         tr.write_line(
             f"answers: {self.answered} asked this run, {self.from_store} reused from the store"
             + (f"; model {self.model}" if self.model else "")
