@@ -133,15 +133,17 @@ def _ci(lo: float, hi: float) -> str:
     return f"[{lo:+.1f},{hi:+.1f}]"
 
 
-def render_benchmark(st: BenchmarkStats) -> list[str]:
+def render_benchmark(st: BenchmarkStats, width: int = 80) -> list[str]:
     arms = list(st.arms)
     types = list(st.by_type)
     groups = [(t, st.by_type[t]) for t in types] + [("overall", st.overall)]
     lines: list[str] = []
+    labels, legend = arm_labels(arms)
 
     # 1. accuracy per arm (%), with errors/truncated/unparseable summed over arms
-    names = [_arm_label(a) for a in arms]
-    head = f"{'type':<14}{'n':>7}" + "".join(f"{n:>9}" for n in names) + f"{'chance':>8}{'err':>5}{'trn':>5}{'unp':>5}"
+    fixed = 7 + 9 * len(arms) + 8 + 15
+    tw = max(8, min(max(len(t) for t, _ in groups) + 1, width - fixed, 24))
+    head = f"{'type':<{tw}}{'n':>7}" + "".join(f"{labels[a]:>9}" for a in arms) + f"{'chance':>8}{'err':>5}{'trn':>5}{'unp':>5}"
     lines.append(head)
     for label, g in groups:
         accs = "".join(f"{_pct(g.accuracy[a].accuracy if a in g.accuracy else None):>9}" for a in arms)
@@ -149,21 +151,23 @@ def render_benchmark(st: BenchmarkStats) -> list[str]:
         trn = sum(g.accuracy[a].truncated for a in arms if a in g.accuracy)
         unp = sum(g.accuracy[a].unparseable for a in arms if a in g.accuracy)
         chance = _pct(g.chance.accuracy) if g.chance.n_defined else "   -"
-        lines.append(f"{label[:13]:<14}{g.n:>7}{accs}{chance:>8}{err:>5}{trn:>5}{unp:>5}")
+        lines.append(f"{label[:tw - 1]:<{tw}}{g.n:>7}{accs}{chance:>8}{err:>5}{trn:>5}{unp:>5}")
+    lines += legend
     if ORIG in st.overall.accuracy:
         o = st.overall.accuracy[ORIG]
         lines.append(
-            f"orig overall accuracy {100 * o.accuracy:.1f}% "
+            f"orig: overall accuracy {100 * o.accuracy:.1f}% "
             f"(95% CI {_pct(o.ci_low).strip()}-{_pct(o.ci_high).strip()}, clustered by image, "
             f"{st.overall.n_images} images); average accuracy (mean of types) "
             f"{100 * st.average_accuracy.get(ORIG, float('nan')):.1f}%"
         )
 
     # 2. paired tables, one per reconstruction arm
+    tw = max(8, min(max(len(t) for t, _ in groups) + 1, width - 67, 24))
     for arm in st.recon_arms:
         lines.append("")
         lines.append(f"{arm} vs orig: delta in points, 95% CI clustered by image; R regressed, I improved")
-        lines.append(f"{'type':<13}{'n':>6}{'orig':>6}{'recon':>6}{'delta':>7} {'95% CI':<14}{'R':>5}{'I':>5}  {'p':<6}{'err':>5}")
+        lines.append(f"{'type':<{tw}}{'n':>6}{'orig':>6}{'recon':>6}{'delta':>7} {'95% CI':<14}{'R':>5}{'I':>5}  {'p':<6}{'err':>5}")
         for label, g in groups:
             pair = g.paired.get(arm)
             if pair is None:
@@ -171,15 +175,31 @@ def render_benchmark(st: BenchmarkStats) -> list[str]:
             o = g.accuracy[ORIG].accuracy if ORIG in g.accuracy else float("nan")
             r = g.accuracy[arm].accuracy if arm in g.accuracy else float("nan")
             lines.append(
-                f"{label[:12]:<13}{pair.n_pairs:>6}{_pct(o):>6}{_pct(r):>6}{pair.delta:>+7.1f} "
+                f"{label[:tw - 1]:<{tw}}{pair.n_pairs:>6}{_pct(o):>6}{_pct(r):>6}{pair.delta:>+7.1f} "
                 f"{_ci(pair.ci_low, pair.ci_high):<14}{pair.regressed:>5}{pair.improved:>5}  "
                 f"{_p(pair.mcnemar_p):<6}{pair.n_errors:>5}"
             )
     return lines
 
 
+def arm_labels(arms: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Column labels of at most 8 characters, with a legend line when they had to be numbered."""
+    short = {a: _arm_label(a) for a in arms}
+    if all(len(v) <= 8 for v in short.values()) and len(set(short.values())) == len(short):
+        return short, []
+    numbered, legend = {}, []
+    for i, a in enumerate(arms):
+        if a in (ORIG, BLIND):
+            numbered[a] = a
+        else:
+            numbered[a] = f"arm{i}"
+            legend.append(f"  arm{i} = {a}")
+    return numbered, legend
+
+
 def _arm_label(arm: str) -> str:
     if arm in (ORIG, BLIND):
         return arm
-    short = arm.replace("quality=", "q").replace("factor=", "f").replace("nlatent=", "n")
-    return short[-8:] if len(short) > 8 else short
+    if arm.startswith("onedpiece") and "nlatent=" in arm:
+        return "tok" + arm.split("nlatent=")[1].split(",")[0]  # One-D-Piece budgets
+    return arm.replace("quality=", "q").replace("resize:factor=", "rsz:").replace("factor=", "f")
