@@ -108,7 +108,7 @@ class SatbenchSession:
         missing = bench.missing(root)
         if missing:
             src = f" (data root from {self.settings.data_root_source})" if self.settings.data_root_source else ""
-            self._leave_out(f"{bench_name} left out: {missing[0]} not found{src}")
+            self._leave_out(f"{bench_name} left out, not found: {', '.join(map(str, missing))}{src}")
             return []
         try:
             questions = list(bench.load(LoadRequest(root, self.settings.limit)))

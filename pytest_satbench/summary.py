@@ -15,7 +15,7 @@ from typing import Any
 
 from .images import BLIND, ORIG, is_repeat
 from .options import Settings
-from .stats import ArmOutcome, BenchmarkStats, QuestionRecord, summarize
+from .stats import ArmOutcome, BenchmarkStats, QuestionRecord, summarize, summarize_view
 
 _OK = ArmOutcome("ok", True, True)
 
@@ -52,6 +52,7 @@ def records_from_payloads(payloads: list[dict[str, Any]]) -> list[QuestionRecord
     for data in payloads:
         arms = {}
         views = {}
+        names: set[str] = set()
         for arm, status, correct, parsed, truncated, _from_store, arm_views in data["arms"]:
             if is_repeat(arm):
                 continue  # the noise floor is reported on its own, not as an arm
@@ -59,6 +60,10 @@ def records_from_payloads(payloads: list[dict[str, Any]]) -> list[QuestionRecord
             arms[arm] = ArmOutcome(status, bool(correct and ok), bool(parsed and ok), bool(truncated and ok))
             if arm_views:
                 views[arm] = arm_views
+                names |= set(arm_views)
+        for arm, outcome in arms.items():  # an error scores 0 in every view: it stays counted
+            if outcome.status != "ok" and names:
+                views[arm] = {name: 0.0 for name in names}
         records.append(
             QuestionRecord(
                 key=data["k"], image=str(data["img"]), types=tuple(data["t"]) or ("all",),
@@ -102,6 +107,8 @@ class SummaryCollector:
         for name, st in self.stats().items():
             tr.write_sep("=", f"satbench: {name}")
             for line in render_benchmark(st):
+                tr.write_line(line)
+            for line in render_views(records_from_payloads(self.by_benchmark[name]), list(st.arms), self.iterations):
                 tr.write_line(line)
             floor = noise_floor(self.by_benchmark[name])
             if floor is not None:
@@ -179,6 +186,35 @@ def render_benchmark(st: BenchmarkStats, width: int = 80) -> list[str]:
                 f"{_ci(pair.ci_low, pair.ci_high):<14}{pair.regressed:>5}{pair.improved:>5}  "
                 f"{_p(pair.mcnemar_p):<6}{pair.n_errors:>5}"
             )
+    return lines
+
+
+VIEW_TITLES = {
+    "binned": "binned: the original RSVQA classes (0 / 1-10 / 11-100 / 101-1000 / >1000)",
+    "official": "official: VRSBench's deterministic rules (gt contained in answer; yes/no and 0-99 exact)",
+    "acc@0.5": "acc@0.5: IoU >= 0.5 (VRSBench grounding headline)",
+    "acc@0.7": "acc@0.7: IoU >= 0.7",
+    "iou": "iou: mean IoU",
+}
+
+
+def render_views(records: list[QuestionRecord], arms: list[str], iterations: int) -> list[str]:
+    """Second views of the same answers (binned counts, VRSBench official rules, Acc@0.7)."""
+    names = sorted({v for r in records for arm_views in r.views.values() for v in arm_views})
+    lines: list[str] = []
+    labels, _ = arm_labels(arms)
+    for name in names:
+        vs = summarize_view(records, name, iterations=min(iterations, 200), seed=0)
+        shown = [a for a in arms if a in vs.overall]
+        if not shown:
+            continue
+        lines.append("")
+        lines.append(f"view {VIEW_TITLES.get(name, name)} (%)")
+        lines.append(f"{'type':<16}{'n':>7}" + "".join(f"{labels[a]:>9}" for a in shown))
+        rows = [(t, g) for t, g in vs.by_type.items() if g] + [("overall", vs.overall)]
+        for label, g in rows:
+            n = max((g[a].n for a in shown if a in g), default=0)
+            lines.append(f"{label[:15]:<16}{n:>7}" + "".join(f"{_pct(g[a].mean if a in g else None):>9}" for a in shown))
     return lines
 
 
