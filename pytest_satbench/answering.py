@@ -9,9 +9,10 @@ A stored answer is reused when its fingerprint matches; wrong answers are never 
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from .client import Answer, RequestFailed, ServerPool
@@ -85,7 +86,7 @@ class QuestionRunner:
         self.score_options = score_options
         self.arms: list[str] = list(images.arms) + ([BLIND] if blind else [])
         self.fresh = fresh
-        self._requests = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="satbench-ask")
+        self._requests = DaemonWorkers(max(1, concurrency), "satbench-ask")
         self._lock = threading.Lock()
         self.requests_sent = 0
 
@@ -231,5 +232,38 @@ class QuestionRunner:
         )
 
     def close(self) -> None:
-        self._requests.shutdown(wait=False, cancel_futures=True)
+        self._requests.shutdown()
+
+
+class DaemonWorkers:
+    """Threads that run submitted calls, and never hold up the interpreter's exit.
+
+    A ThreadPoolExecutor's threads are joined at exit, so after `-x` or Ctrl-C a request
+    still waiting on a slow server (up to --request-timeout) would keep pytest from exiting.
+    Nothing is lost by abandoning it: its answer was not stored, so a rerun asks it again.
+    """
+
+    def __init__(self, n: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(n)]
+        self._closed = False
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., None], *args: object) -> None:
+        if not self._closed:
+            self._queue.put((fn, args))
+
+    def _work(self) -> None:
+        while True:
+            task = self._queue.get()
+            if task is None or self._closed:
+                return
+            fn, args = task
+            fn(*args)
+
+    def shutdown(self) -> None:
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
 

@@ -304,3 +304,45 @@ def test_public_fixtures_answer_a_users_own_question(pytester: pytest.Pytester, 
         assert srv.chat_requests == 2
     assert result.ret == 0
     result.assert_outcomes(passed=1)
+
+
+def test_x_stops_at_the_first_failure_without_waiting_for_slow_requests(pytester: pytest.Pytester, bench: Path) -> None:
+    def answer(prompt: str, has_image: bool, image: bytes | None) -> str:
+        time.sleep(8)  # every request hangs far longer than the run should take
+        return "yes"
+
+    (bench / "RSVQA-LR" / "Images_LR" / "10.tif").unlink()  # the first image's items fail at once
+    with FakeVLM(models=["m"], answer=answer) as srv:
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", "--servers", srv.url,
+             "--data-root", str(bench)],
+            cwd=pytester.path, capture_output=True, text=True, timeout=120,
+        )
+        elapsed = time.monotonic() - started
+    assert proc.returncode == 1, proc.stdout
+    assert "1 failed" in proc.stdout and "stopping after 1 failures" in proc.stdout
+    assert elapsed < 6, f"exit waited for in-flight requests ({elapsed:.1f}s)"
+
+
+def test_junitxml_names_each_question(pytester: pytest.Pytester, bench: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    with FakeVLM(models=["m"], answer=always("yes")) as srv:
+        run(pytester, srv, bench, "-q", "--junitxml", "out.xml", "--deselect", "test_bench.py::test_rsvqa_lr[3]")
+    cases = ET.parse(pytester.path / "out.xml").getroot().iter("testcase")
+    names = sorted(c.get("name") for c in cases)
+    assert len(names) == N_QUESTIONS - 1
+    assert "test_rsvqa_lr[3]" not in names and "test_rsvqa_lr[4]" in names
+
+
+def test_toklip_root_is_accepted_as_the_seed_does(pytester: pytest.Pytester, bench: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toklip = pytester.path / "toklip"
+    toklip.mkdir()
+    (bench).rename(toklip / "data")
+    monkeypatch.delenv("SATBENCH_DATA_ROOT", raising=False)
+    monkeypatch.setenv("TOKLIP_ROOT", str(toklip))
+    with FakeVLM(models=["m"], answer=always("yes")) as srv:
+        result = pytester.runpytest("--servers", srv.url, "-q", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+    assert result.ret == 0
+    assert sum(result.parseoutcomes().values()) == N_QUESTIONS
