@@ -427,13 +427,6 @@ class _Runtime:
             raise pytest.UsageError(f"satbench: {exc}") from None
         owner.summary.model = model
         self.store = ResultStore(owner._cache_dir("satbench") / "results.sqlite")
-        proto = run_protocol(owner, model, urls)
-        if not s.allow_protocol_change:
-            problem = protocol_conflict(self.store, s.tag, owner.run_id, proto)
-            if problem:
-                self.pool.close()
-                raise pytest.UsageError(f"satbench: {problem}")
-        self.store.start_run(owner.run_id, s.tag, proto)
         disk_cache = None
         try:
             from .diskcache import DiskCache
@@ -447,6 +440,15 @@ class _Runtime:
             self.pool.close()
             raise pytest.UsageError(f"satbench: {exc}") from None
         self.images = ImagePipeline(codecs, store=self.store, cache_images=s.cache_images, disk_cache=disk_cache)
+        proto = run_protocol(owner, model, urls)
+        proto["codec_identity"] = {a: self.images.codec_identity(a) for a in self.images.arms if self.images.codec_identity(a)}
+        if not s.allow_protocol_change:
+            problem = protocol_conflict(self.store, s.tag, owner.run_id, proto)
+            if problem:
+                self.pool.close()
+                self.images.close()
+                raise pytest.UsageError(f"satbench: {problem}")
+        self.store.start_run(owner.run_id, s.tag, proto)
         settings = AskSettings(model=model, max_tokens=s.max_new, temperature=0.0, prompt_style=s.prompt_style)
         box_grid = s.box_grid or prompts.default_box_grid(s.prompt_style)
 

@@ -5,6 +5,7 @@ accuracies, deltas and verdicts are known in advance."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from pathlib import Path
 
@@ -142,6 +143,9 @@ def test_repeat_orig_reports_the_noise_floor(pytester: pytest.Pytester, data: Pa
     result.stdout.fnmatch_lines([
         f"noise floor: the original asked 2x on {N} questions changed its verdict on {n_rural} (25.0%)*"
     ])
+    summary = json.loads((pytester.path / "reports" / "rsvqa_lr" / "default" / "summary.json").read_text())
+    assert summary["noise_floor"] == {"asks": 2, "questions": N, "flipped": n_rural, "flip_rate": 0.25}
+    assert summary["arms"] == ["orig"]  # the repeats are not an arm of the comparison
 
 
 def test_resume_under_a_tag_refuses_another_model(pytester: pytest.Pytester, data: Path) -> None:

@@ -1,0 +1,73 @@
+"""Run reports: `reports/<benchmark>/<tag>/` with summary.json, per_type.csv,
+predictions.jsonl, protocol.json, report.md and a self-contained report.html.
+
+Written by the plugin at the end of a run and on demand from the store
+(`python -m pytest_satbench.report`). Everything is rebuilt from the store: answers are
+re-scored from their raw text, so a report always reflects the current scorer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..store import ResultStore
+from . import files, html, markdown
+from .build import BenchmarkData, collect
+from .gallery import MAX_GALLERY, build_gallery
+
+__all__ = ["report_dir", "write_reports"]
+
+
+def report_dir(out_root: Path, benchmark: str, tag: str) -> Path:
+    # A tag is user text: keep it one path component.
+    safe = re.sub(r"[^A-Za-z0-9._\-]+", "_", tag).strip("._") or "default"
+    return Path(out_root) / benchmark / safe
+
+
+def write_reports(
+    store: ResultStore,
+    run_id: str,
+    out_root: Path,
+    *,
+    gates: list[dict[str, Any]] | None = None,
+    iterations: int = 1000,
+    recon_cache: Path | None = None,
+    gallery_limit: int = MAX_GALLERY,
+) -> list[Path]:
+    """Write the reports of every benchmark of `run_id`; returns the folders written.
+
+    `recon_cache`: the plugin's disk cache of reconstructions, for gallery images of
+    expensive codecs; default: `satbench-recon` next to the store's folder (pytest's cache
+    layout). Raises KeyError when the run is not in the store.
+    """
+    if recon_cache is None:
+        recon_cache = Path(store.path).parent.parent / "satbench-recon"
+    written = []
+    for data in collect(store, run_id, iterations=iterations):
+        written.append(_write_one(data, Path(out_root), gates, recon_cache, gallery_limit))
+    return written
+
+
+def _write_one(data: BenchmarkData, out_root: Path, gates: list[dict[str, Any]] | None,
+               recon_cache: Path, gallery_limit: int) -> Path:
+    folder = report_dir(out_root, data.benchmark, data.tag)
+    folder.mkdir(parents=True, exist_ok=True)
+    gallery, total = build_gallery(data, recon_cache, gallery_limit)
+    protocol = files.protocol_dict(data)
+    files.write_json(folder / "protocol.json", protocol)
+    files.write_json(folder / "summary.json", files.summary_dict(data, gates, total, gallery))
+    files.write_per_type_csv(folder / "per_type.csv", data)
+    files.write_predictions(folder / "predictions.jsonl", data)
+    md = markdown.render(data, protocol, gates, gallery, total)
+    _atomic_text(folder / "report.md", md)
+    _atomic_text(folder / "report.html", html.render(data, md, gallery))
+    return folder
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

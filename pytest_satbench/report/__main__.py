@@ -1,0 +1,75 @@
+"""`python -m pytest_satbench.report`: write (or list) run reports from the results store.
+
+    python -m pytest_satbench.report [--store PATH] [--run RUN_ID | --tag TAG] [--out reports] [--list]
+
+Exit codes: 0 written/listed, 2 bad usage, missing store or run, 1 nothing to report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_STORE = Path(".pytest_cache") / "d" / "satbench" / "results.sqlite"
+
+
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"satbench-report: {msg}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pytest_satbench.report", description=__doc__.splitlines()[0])
+    ap.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"results store (default: {DEFAULT_STORE})")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--run", help="run id (see --list); default: the newest run")
+    which.add_argument("--tag", help="the newest run with this tag")
+    ap.add_argument("--out", type=Path, default=Path("reports"), help="output root (default: reports)")
+    ap.add_argument("--list", action="store_true", help="list the runs in the store, newest first, and exit")
+    ap.add_argument("--iterations", type=int, default=1000, help="bootstrap resamples (default: 1000)")
+    args = ap.parse_args(argv)
+
+    if not args.store.is_file():
+        return _fail(f"no results store at {args.store}; run pytest with --servers first, or pass --store PATH")
+    from ..store import ResultStore
+
+    try:
+        store = ResultStore(args.store)
+        runs = store.runs(args.tag)
+    except sqlite3.DatabaseError as exc:
+        return _fail(f"{args.store} is not a satbench results store ({exc}); pass --store PATH")
+    try:
+        if args.list:
+            if not runs:
+                print("no runs" + (f" with tag {args.tag!r}" if args.tag else ""))
+            for r in runs:
+                started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(r["started"])))  # type: ignore[arg-type]
+                state = "finished" if r["finished"] else "unfinished"
+                proto = r["protocol"] if isinstance(r["protocol"], dict) else {}
+                print(f"{r['run_id']}  tag={r['tag']}  {started}  {state}  model={proto.get('model')}  arms={','.join(proto.get('arms') or [])}")
+            return 0
+        if args.run:
+            if not any(r["run_id"] == args.run for r in runs):
+                return _fail(f"run {args.run!r} is not in {args.store}; see --list")
+            run_id = args.run
+        elif runs:
+            run_id = str(runs[0]["run_id"])
+        else:
+            return _fail(f"no runs{' with tag ' + repr(args.tag) if args.tag else ''} in {args.store}; see --list")
+        from . import write_reports
+
+        folders = write_reports(store, run_id, args.out, iterations=args.iterations)
+        if not folders:
+            return _fail(f"run {run_id} has no recorded questions; nothing to report", 1)
+        for f in folders:
+            print(f"satbench: report written to {f}")
+        return 0
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

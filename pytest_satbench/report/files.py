@@ -1,0 +1,171 @@
+"""The machine-readable files: summary.json, per_type.csv, predictions.jsonl, protocol.json."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from .build import BenchmarkData, redact
+from .gallery import Entry
+
+ACC_FIELDS = ("n", "correct", "accuracy", "ci_low", "ci_high", "errors", "truncated", "unparseable", "parsed", "coverage", "missing")
+PAIR_FIELDS = ("n_pairs", "delta", "ci_low", "ci_high", "regressed", "improved", "mcnemar_p", "n_errors", "delta_both_ok")
+CSV_HEADER = (
+    ["type", "arm", "n_images"] + list(ACC_FIELDS) + ["chance"]
+    + ["delta_pp", "delta_ci_low_pp", "delta_ci_high_pp", "n_pairs", "regressed", "improved", "mcnemar_p", "pair_errors", "delta_both_ok_pp"]
+    + ["mean_image_tokens"]
+)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    return v
+
+
+def write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_clean(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def aggregate_views(data: BenchmarkData) -> dict[str, Any]:
+    """The benchmark's own headline numbers, labelled with the names its paper uses."""
+    st = data.stats
+    out: dict[str, Any] = {
+        "overall_accuracy": {"label": "overall accuracy (question-weighted)", "per_arm": st.overall_accuracy},
+        "average_accuracy": {"label": "average accuracy (unweighted mean of the per-type accuracies)", "per_arm": st.average_accuracy},
+    }
+    b = data.benchmark
+    if b.startswith("rsvqa"):
+        out["overall_accuracy"]["label"] = "RSVQA overall accuracy (OA, question-weighted)"
+        out["average_accuracy"]["label"] = "RSVQA average accuracy (AA, mean over question types)"
+    elif b == "vrsbench":
+        out["average_accuracy"]["label"] = f"VRSBench mean over the {len(st.by_type)} question types"
+    for name, vs in sorted(data.views.items()):
+        label = {
+            "acc@0.5": "Acc@0.5 (IoU >= 0.5), by uniqueness" if b == "vrsbench_ref" else "Acc@0.5 (IoU >= 0.5)",
+            "acc@0.7": "Acc@0.7 (IoU >= 0.7), by uniqueness" if b == "vrsbench_ref" else "Acc@0.7 (IoU >= 0.7)",
+            "iou": "mean IoU",
+            "binned": "binned accuracy (count/area answers in the RSVQA bins)",
+            "official": "VRSBench official scorer (substring rule)",
+        }.get(name, name)
+        out[f"view:{name}"] = {"label": label, **vs.to_dict()}
+    return out
+
+
+def summary_dict(data: BenchmarkData, gates: list[dict[str, Any]] | None, gallery_total: int, gallery: list[Entry]) -> dict[str, Any]:
+    st = data.stats
+    return {
+        "benchmark": data.benchmark,
+        "tag": data.tag,
+        "run_id": data.run_id,
+        "model": data.protocol.get("model"),
+        "questions": len(data.items),
+        "arms": list(st.arms),
+        "statistics": st.to_dict(),
+        "aggregate_views": aggregate_views(data),
+        "usage": asdict(data.usage),
+        "noise_floor": data.noise_floor,
+        "gates": gates if gates else [],
+        "gates_note": None if gates else "no gates",
+        "regressed_questions": gallery_total,
+        "gallery": [e.key for e in gallery],
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "report_version": __version__,
+    }
+
+
+def write_per_type_csv(path: Path, data: BenchmarkData) -> None:
+    st = data.stats
+    groups = [(t, g) for t, g in st.by_type.items()] + [("overall", st.overall)]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_HEADER)
+        for label, g in groups:
+            for arm in st.arms:
+                a = g.accuracy.get(arm)
+                if a is None:
+                    continue
+                p = g.paired.get(arm)
+                pair = [p.delta, p.ci_low, p.ci_high, p.n_pairs, p.regressed, p.improved, p.mcnemar_p, p.n_errors, p.delta_both_ok] if p else [""] * 9
+                chance = g.chance.accuracy if g.chance.n_defined else None
+                row = [label, arm, g.n_images] + [getattr(a, f) for f in ACC_FIELDS] + [chance] + pair + [data.usage.image_tokens.get(arm)]
+                w.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
+
+
+def write_predictions(path: Path, data: BenchmarkData) -> int:
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for it in data.items:
+            q = it.question
+            for arm, row in it.rows.items():
+                sc = it.scores.get(arm)
+                rec = {
+                    "nodeid": it.nodeid, "key": q.key, "types": list(it.types), "image_id": q.image.id,
+                    "question": q.text, "ground_truth": q.answer, "arm": arm, "status": row.status,
+                    "answer": row.text, "extracted": sc.extracted if sc else None,
+                    "correct": bool(sc and sc.correct), "parsed": bool(sc and sc.parsed),
+                    "views": dict(sc.views) if sc else {},
+                    "finish_reason": row.finish_reason, "latency_s": row.latency_s,
+                    "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
+                    "cost": row.cost, "model": row.model, "server": row.server, "attempts": row.attempts,
+                    "image_sha256": row.image_sha256, "image_tokens": row.image_tokens, "error": row.error,
+                }
+                fh.write(json.dumps(redact(_clean(rec)), ensure_ascii=False) + "\n")
+                n += 1
+    return n
+
+
+def codec_info(arms: list[str], identities: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Spec and, for checkpoint-based codecs, the checkpoint's sha256: as the run recorded it
+    (the codec's identity), else hashed now if the file is on this machine."""
+    out = []
+    for arm in arms:
+        if arm in ("orig", "blind"):
+            continue
+        entry: dict[str, Any] = {"arm": arm, "codec": arm.split(":", 1)[0]}
+        params = dict(p.partition("=")[::2] for p in arm.partition(":")[2].split(",") if "=" in p)
+        ckpt = params.get("ckpt")
+        if ckpt:
+            entry["checkpoint"] = ckpt
+            entry["checkpoint_sha256"] = (identities or {}).get(arm) or _sha256(ckpt)
+        out.append(entry)
+    return out
+
+
+@lru_cache(maxsize=16)  # one checkpoint serves every arm and benchmark of a run
+def _sha256(path: str) -> str | None:
+    try:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+    except OSError:
+        return None  # the checkpoint is not on this machine: the report cannot vouch for it
+
+
+def protocol_dict(data: BenchmarkData) -> dict[str, Any]:
+    p = dict(data.protocol)
+    p["run_id"] = data.run_id
+    p["benchmark"] = data.benchmark
+    p["dataset_sha256"] = (p.get("datasets") or {}).get(data.benchmark, {})
+    p["codecs"] = codec_info(list(p.get("arms") or data.stats.arms), p.get("codec_identity"))
+    p["models_returned"] = data.usage.total.models
+    p["box_grid_effective"] = data.score_options.box_grid
+    p["iou_effective"] = data.score_options.iou
+    return redact(p)

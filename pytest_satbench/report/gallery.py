@@ -1,0 +1,172 @@
+"""The regressed-questions gallery: original and reconstruction side by side, as thumbnails.
+
+Reconstructions are not kept by a run (only their sha256 is), so they are made again:
+cheap codecs (jpeg, resize, identity) are simply rerun through the same `ImagePipeline`
+the plugin uses; expensive ones (One-D-Piece, torch) are looked up in the plugin's disk
+cache of reconstructions by the sha256 of the bytes that were sent. What cannot be found
+is said so instead of being faked.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PIL import Image
+
+from ..images import ORIG, ImagePipeline
+from .build import BenchmarkData, Item
+
+MAX_GALLERY = 24
+THUMB = 320  # longest side, pixels
+_CHEAP = ("identity", "jpeg", "resize")
+_DISK_MAGIC = b"SATBC1\n"  # diskcache.py's entry header: MAGIC | sha256(payload) | payload
+
+
+@dataclass(slots=True)
+class Panel:
+    arm: str
+    answer: str  # the answer as interpreted
+    correct: bool
+    thumb_b64: str | None  # JPEG, base64; None when the image could not be produced
+    note: str = ""  # e.g. "regenerated; bytes differ from what was sent"
+
+
+@dataclass(slots=True)
+class Entry:
+    key: str
+    nodeid: str
+    text: str
+    answer: str
+    types: tuple[str, ...]
+    panels: list[Panel] = field(default_factory=list)
+
+
+def regressed(data: BenchmarkData, limit: int = MAX_GALLERY) -> tuple[list[Item], int]:
+    """The first `limit` regressed items in question-key order, and how many there are."""
+    items = [it for it in data.items if it.regressed_arms]
+    items.sort(key=lambda it: _natural(it.question.key))
+    return items[:limit], len(items)
+
+
+def _natural(s: str) -> tuple[int, int | str]:
+    return (0, int(s)) if s.isdigit() else (1, s)
+
+
+def thumbnail(jpeg_or_image: bytes | Image.Image) -> str:
+    im = Image.open(io.BytesIO(jpeg_or_image)) if isinstance(jpeg_or_image, bytes) else jpeg_or_image
+    im = im.convert("RGB")
+    im.thumbnail((THUMB, THUMB), Image.Resampling.BICUBIC)
+    buf = io.BytesIO()
+    im.save(buf, format="JPEG", quality=82)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+class _Recon:
+    """Reconstructions by (image path, arm), made or found once per report."""
+
+    def __init__(self, recon_cache: Path | None) -> None:
+        self.recon_cache = recon_cache
+        self._pipes: dict[str, ImagePipeline | None] = {}
+        self._disk_index: dict[str, Path] | None = None
+
+    def pipeline(self, arm: str) -> ImagePipeline | None:
+        if arm not in self._pipes:
+            pipe = None
+            if arm.split(":", 1)[0] in _CHEAP:
+                from ..codecs.base import build_codecs, normalise_spec
+
+                pipe = ImagePipeline(build_codecs([normalise_spec(arm)]), workers=1)
+            self._pipes[arm] = pipe
+        return self._pipes[arm]
+
+    def from_disk(self, sha256: str) -> bytes | None:
+        if self.recon_cache is None or not self.recon_cache.is_dir():
+            return None
+        if self._disk_index is None:
+            # One pass over the entry headers (39 bytes each); the payload hash in the header
+            # is the sha256 of the bytes that were sent, which every answer row records.
+            self._disk_index = {}
+            for sub in self.recon_cache.iterdir():
+                if not sub.is_dir():
+                    continue
+                for f in sub.iterdir():
+                    if f.name.endswith(".tmp"):
+                        continue
+                    try:
+                        with open(f, "rb") as fh:
+                            head = fh.read(len(_DISK_MAGIC) + 32)
+                    except OSError:
+                        continue
+                    if head.startswith(_DISK_MAGIC) and len(head) == len(_DISK_MAGIC) + 32:
+                        self._disk_index[head[len(_DISK_MAGIC):].hex()] = f
+        path = self._disk_index.get(sha256)
+        if path is None:
+            return None
+        try:
+            payload = path.read_bytes()[len(_DISK_MAGIC) + 32:]
+        except OSError:
+            return None
+        return payload if hashlib.sha256(payload).hexdigest() == sha256 else None
+
+    def close(self) -> None:
+        for pipe in self._pipes.values():
+            if pipe is not None:
+                pipe.close()
+
+
+def build_gallery(data: BenchmarkData, recon_cache: Path | None, limit: int = MAX_GALLERY) -> tuple[list[Entry], int]:
+    chosen, total = regressed(data, limit)
+    recon = _Recon(recon_cache)
+    entries: list[Entry] = []
+    try:
+        for it in chosen:
+            q = it.question
+            e = Entry(q.key, it.nodeid, q.text, q.answer, it.types)
+            for arm in [ORIG, *it.regressed_arms]:
+                e.panels.append(_panel(it, arm, recon))
+            entries.append(e)
+    finally:
+        recon.close()
+    return entries, total
+
+
+def _panel(it: Item, arm: str, recon: _Recon) -> Panel:
+    sc = it.scores.get(arm)
+    row = it.rows.get(arm)
+    if sc is not None:
+        answer = sc.extracted
+    else:
+        answer = f"(no answer: {row.error})" if row is not None and row.error else "(no answer)"
+    panel = Panel(arm, answer, bool(sc and sc.correct), None)
+    sent = row.image_sha256 if row is not None else None
+    ref = it.question.image
+    try:
+        if arm == ORIG:
+            if ref.path is None:
+                panel.note = "image embedded in the dataset; not kept by the run"
+            else:
+                with Image.open(ref.path) as im:
+                    panel.thumb_b64 = thumbnail(im)
+            return panel
+        pipe = recon.pipeline(arm)
+        if pipe is None:  # expensive codec: only what the reconstruction cache still holds
+            data = recon.from_disk(sent) if sent else None
+            if data is None:
+                panel.note = "reconstruction not kept (not in the reconstruction cache)"
+            else:
+                panel.thumb_b64 = thumbnail(data)
+            return panel
+        if ref.path is None:
+            panel.note = "image embedded in the dataset; not kept by the run"
+            return panel
+        made = pipe.prepare(ref).arms[arm]
+        panel.thumb_b64 = thumbnail(made.jpeg)
+        if sent and made.sha256 != sent:
+            panel.note = "regenerated; not byte-identical to what was sent (other geometry)"
+    except Exception as exc:  # noqa: BLE001  (a missing or unreadable image must not cost the whole report)
+        panel.note = f"image unavailable: {type(exc).__name__}: {exc}"[:200]
+    return panel
