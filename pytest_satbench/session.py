@@ -228,7 +228,11 @@ class SatbenchSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Controller only, after every item: statistics, gates, reports."""
-        if self.is_worker or not self.summary.by_benchmark:
+        if self.is_worker:
+            if self.summary.model:
+                self.config.workeroutput["satbench_model"] = self.summary.model  # type: ignore[attr-defined]
+            return
+        if not self.summary.by_benchmark:
             return
         stats = self.summary.stats()
         self.gate_results = gates.evaluate(list(self.settings.gates), stats)
@@ -291,6 +295,12 @@ class SatbenchSession:
             self._builtin = start_server()
         if self._builtin is not None:
             node.workerinput["satbench_builtin_url"] = self._builtin.url
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        model = getattr(node, "workeroutput", {}).get("satbench_model")
+        if model:
+            self.summary.model = model
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._builtin is not None:
