@@ -68,13 +68,50 @@ class QuestionFailed(Exception):
     Reported as one line, without a Python traceback."""
 
 
+class _NoParams:
+    """pytest's fixture reordering reads `item.callspec` of every item (three times each);
+    an item without one costs an AttributeError per read, ~1 s at 222k items. Questions
+    have no parameters to reorder by, and say so cheaply."""
+
+    params: dict[str, object] = {}
+    indices: dict[str, int] = {}
+    _arg2scope: dict[str, object] = {}
+
+
 class QuestionItem(pytest.Item):
+    callspec = _NoParams()
+    cls = None  # read next to callspec by the reordering; a question belongs to no class
+
     def __init__(self, *, question: Question, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.question = question
-        # -k can select by question type and image id
-        self.extra_keyword_matches.update(question.types)
-        self.extra_keyword_matches.add(f"img{question.image.id}")
+
+    # pytest gives every node its own empty set of extra -k words (216 bytes; 48 MB at
+    # 222k items). Questions add theirs in listextrakeywords(), so the set is made only
+    # if something writes to it.
+    @property
+    def extra_keyword_matches(self) -> set[str]:  # type: ignore[override]
+        got = self.__dict__.get("_extra_keyword_matches")
+        if got is None:
+            got = self.__dict__["_extra_keyword_matches"] = set()
+        return got
+
+    @extra_keyword_matches.setter
+    def extra_keyword_matches(self, value: set[str]) -> None:
+        if value:
+            self.__dict__["_extra_keyword_matches"] = value
+        else:
+            self.__dict__.pop("_extra_keyword_matches", None)
+
+    def listextrakeywords(self) -> set[str]:
+        # -k can select by question type and image id; computed when -k asks, instead of
+        # a set filled for each of 222k items at collection
+        extra = {*self.question.types, f"img{self.question.image.id}"}
+        for node in self.listchain():
+            words = node.__dict__.get("_extra_keyword_matches") if node is self else node.extra_keyword_matches
+            if words:
+                extra.update(words)
+        return extra
 
     @property
     def satbench(self) -> SatbenchSession:
@@ -100,16 +137,16 @@ def make_items(collector: pytest.Collector, name: str, questions: Iterable[Quest
     # built from the name alone would never match the `[params]` that --lf parses back
     # from its cache file, so the id is given explicitly, as parametrized functions do.
     base = getattr(collector, "id", None)
-    structured = base is not None and hasattr(base, "with_params")
-    return [
-        QuestionItem.from_parent(
-            collector,
-            name=f"{name}[{q.key}]",
-            nodeid=base.child(name).with_params(q.key) if structured else None,
-            question=q,
-        )
-        for q in questions
-    ]
+    if base is not None and hasattr(base, "with_params"):
+        node_id = type(base)
+        path, names = base.path, (*base.names, name)
+        return [
+            QuestionItem.from_parent(
+                collector, name=f"{name}[{q.key}]", nodeid=node_id(path=path, names=names, params=q.key), question=q
+            )
+            for q in questions
+        ]
+    return [QuestionItem.from_parent(collector, name=f"{name}[{q.key}]", question=q) for q in questions]
 
 
 # ---------------------------------------------------------------------- -k before loading

@@ -45,6 +45,9 @@ class Benchmark:
     metric: str = "accuracy"
     # Optional grouping of raw types into reported types (VRSBench merges three into one).
     type_groups: tuple[tuple[str, str], ...] = ()
+    # The files load() reads. When given, loaded questions are cached keyed by their size
+    # and mtime (datacache.py), so reruns skip parsing large JSON files.
+    sources: Callable[[Path], list[Path]] | None = None
     # Generated benchmarks (the demo) make their own files: given a writable cache
     # directory, prepare() writes them if needed and returns the data root to load from.
     prepare: Callable[[Path], Path] | None = None
@@ -146,4 +149,12 @@ def sort_by_image(questions: Iterable[Question]) -> list[Question]:
     def natural(s: str) -> tuple[int, int | str]:
         return (0, int(s)) if s.isdigit() else (1, s)
 
-    return sorted(questions, key=lambda q: (natural(q.image.id), natural(q.key)))
+    by_image: dict[str, tuple[int, int | str]] = {}  # ~100 questions share each image
+
+    def key(q: Question) -> tuple[tuple[int, int | str], tuple[int, int | str]]:
+        image = by_image.get(q.image.id)
+        if image is None:
+            image = by_image[q.image.id] = natural(q.image.id)
+        return image, natural(q.key)
+
+    return sorted(questions, key=key)

@@ -97,20 +97,20 @@ def test_answer_not_in_answers_file(tmp_path: Path) -> None:
     edit(apath, lambda d: d["answers"][int(victim)].update(active=False))
     with pytest.raises(DatasetError) as err:
         load(tmp_path, "rsvqa_lr")
-    assert str(err.value).startswith(f"{qpath}: record {victim} (id {victim}): answer id")
+    assert str(err.value).startswith(f"{qpath}: question id {victim}: answer id")
 
 
 def test_active_record_missing_a_key(tmp_path: Path) -> None:
     w = write_rsvqa(tmp_path, "lr", image_size=8)
     edit(w.files[0], lambda d: d["questions"][4].pop("img_id"))
-    with pytest.raises(DatasetError, match=r"record 4 \(id 4\): missing key 'img_id'"):
+    with pytest.raises(DatasetError, match=r"question id 4: missing key 'img_id'"):
         load(tmp_path, "rsvqa_lr")
 
 
 def test_answer_record_missing_answer(tmp_path: Path) -> None:
     w = write_rsvqa(tmp_path, "lr", image_size=8)
     edit(w.files[1], lambda d: d["answers"][5].pop("answer"))
-    with pytest.raises(DatasetError, match=r"answers\.json: record 5 \(id 5\): missing key 'ans"):
+    with pytest.raises(DatasetError, match=r"answers\.json: answer id 5: missing key 'ans"):
         load(tmp_path, "rsvqa_lr")
 
 
