@@ -32,6 +32,7 @@ from .collection import (
 from .fingerprint import AskSettings
 from .images import ImagePipeline
 from .options import Settings
+from .protocol import run_question_item
 from .outcomes import (
     ERROR,
     REGRESSED,
@@ -174,6 +175,12 @@ class SatbenchSession:
         finally:
             if self._runtime is not None:
                 self._runtime.close()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        if isinstance(item, QuestionItem) and self._runtime is not None:
+            return run_question_item(item, nextitem)
+        return None  # pytest's own protocol
 
     def runtime(self, session: pytest.Session) -> _Runtime:
         """Servers, images and store, started on first use (the public fixtures use this)."""
