@@ -83,6 +83,7 @@ class QuestionRunner:
         self.images = images
         self.store = store
         self.settings = settings
+        self._settings_digest = settings.digest()
         self.score_options = score_options
         self.arms: list[str] = list(images.arms) + ([BLIND] if blind else [])
         self.fresh = fresh
@@ -102,7 +103,7 @@ class QuestionRunner:
         for arm in self.arms_for(job):
             blind = arm == BLIND
             fps[arm] = arm_fingerprint(
-                self.settings,
+                self._settings_digest,
                 arm=arm,
                 codec_identity=self.images.codec_identity(arm),
                 prompt=job.prompt,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import base64
 import email.utils
-import http.cookiejar
 import json
 import math
+import os
 import random
 import threading
 import time
@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import requests
-from requests.adapters import HTTPAdapter
+from .transport import Connections, Response, TransportError
 
 __all__ = [
     "RETRY_AFTER_MAX_S",
@@ -184,7 +183,7 @@ def _one_line(text: str, limit: int = _SNIPPET) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-def _error_snippet(resp: requests.Response) -> str:
+def _error_snippet(resp: Response) -> str:
     """The server's own error message, from the usual JSON shapes or the raw body."""
     try:
         body = resp.json()
@@ -203,7 +202,7 @@ def _error_snippet(resp: requests.Response) -> str:
     return _one_line(msg) if msg else "(empty body)"
 
 
-def _retry_after(resp: requests.Response) -> float | None:
+def _retry_after(resp: Response) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or HTTP-date), capped."""
     raw = resp.headers.get("Retry-After")
     if raw is None:
@@ -224,9 +223,9 @@ def _retry_after(resp: requests.Response) -> float | None:
 
 @dataclass(eq=False, slots=True)
 class _Server:
-    url: str  # for requests only: it may carry user:password@
+    url: str  # for connecting only: it may carry user:password@
     name: str  # the URL as shown everywhere (answers, usage, errors)
-    session: requests.Session
+    conns: Connections
     in_flight: int = 0
     not_before: float = 0.0  # monotonic time before which no attempt goes here
     consecutive_failures: int = 0  # connection-level, drives the cool-down
@@ -285,29 +284,23 @@ class ServerPool:
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
         self._api_key = api_key or None
-        self._servers = [_Server(url=u, name=_display(u), session=self._new_session()) for u in norm]
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        # One keep-alive pool per server: connections are reused instead of opening one per
+        # request (the seed did). Nothing below retries on its own: we decide what is
+        # retried, and a POST must not be replayed behind our back.
+        self._servers = [
+            _Server(url=u, name=_display(u), conns=Connections(
+                u, connect_timeout=self.connect_timeout, read_timeout=self.timeout, headers=headers))
+            for u in norm
+        ]
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._rr = 0
         self._closed = False
 
     # ------------------------------------------------------------------ setup
-    def _new_session(self) -> requests.Session:
-        s = requests.Session()
-        # One pool per server sized to the global cap, so keep-alive connections are reused
-        # instead of opening a TCP connection per request (the seed did) and no request ever
-        # waits for, or discards, a pooled connection. urllib3's own retries stay off: we
-        # decide what is retried, and a POST must not be replayed behind our back.
-        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=self.concurrency, max_retries=0)
-        s.mount("http://", adapter)
-        s.mount("https://", adapter)
-        # The cookie jar is the one part of a Session that is not safe to share between
-        # threads, and no inference server needs cookies.
-        s.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-        if self._api_key:
-            s.headers["Authorization"] = f"Bearer {self._api_key}"
-        return s
-
     def __repr__(self) -> str:
         urls = ", ".join(s.name for s in self._servers)
         key = ", api_key=<set>" if self._api_key else ""
@@ -352,15 +345,14 @@ class ServerPool:
 
     def _list_models(self, srv: _Server) -> list[str]:
         try:
-            r = srv.session.get(f"{srv.url}/v1/models",
-                                timeout=(self.connect_timeout, min(self.timeout, HEALTH_TIMEOUT_S)))
-        except requests.Timeout:
-            raise _Attempt("timed out", transient=True) from None
-        except requests.RequestException as e:
-            raise _Attempt(_one_line(_root_cause(e)), transient=True) from None
-        if r.status_code != 200:
-            raise _Attempt(f"HTTP {r.status_code}: {_error_snippet(r)}", transient=False,
-                           status=r.status_code)
+            r = srv.conns.request("GET", "/v1/models", timeout=min(self.timeout, HEALTH_TIMEOUT_S))
+        except TransportError as e:
+            if e.kind in ("timeout", "connect-timeout"):
+                raise _Attempt("timed out", transient=True) from None
+            raise _Attempt(_one_line(str(e)), transient=True) from None
+        if r.status != 200:
+            raise _Attempt(f"HTTP {r.status}: {_error_snippet(r)}", transient=False,
+                           status=r.status)
         try:
             data = r.json()["data"]
             ids = [str(m["id"]) for m in data]
@@ -493,25 +485,22 @@ class ServerPool:
                 srv.retries += 1
         t0 = time.monotonic()
         try:
-            r = srv.session.post(f"{srv.url}/v1/chat/completions", data=payload,
-                                 headers={"Content-Type": "application/json"},
-                                 timeout=(self.connect_timeout, self.timeout))
-        except requests.Timeout as e:
-            connect = isinstance(e, requests.ConnectTimeout)
-            what = (f"no connection within {self.connect_timeout:g} s" if connect
-                    else f"no answer within --request-timeout {self.timeout:g} s")
-            raise _Attempt(f"timed out ({what})", transient=True, server_down=connect) from None
-        except requests.ConnectionError as e:
-            raise _Attempt(f"connection failed ({_one_line(_root_cause(e))})", transient=True,
+            r = srv.conns.request("POST", "/v1/chat/completions", payload)
+        except TransportError as e:
+            if e.kind == "connect-timeout":
+                raise _Attempt(f"timed out (no connection within {self.connect_timeout:g} s)",
+                               transient=True, server_down=True) from None
+            if e.kind == "timeout":
+                raise _Attempt(f"timed out (no answer within --request-timeout {self.timeout:g} s)",
+                               transient=True) from None
+            if e.kind == "cut-off":
+                raise _Attempt(f"response cut off ({_one_line(str(e))})", transient=True) from None
+            # refused, reset, or not HTTP at all: the server (or the path to it) is in trouble
+            raise _Attempt(f"connection failed ({_one_line(str(e))})", transient=True,
                            server_down=True) from None
-        except (requests.exceptions.ChunkedEncodingError,
-                requests.exceptions.ContentDecodingError) as e:
-            raise _Attempt(f"response cut off ({_one_line(_root_cause(e))})", transient=True) from None
-        except requests.RequestException as e:
-            raise _Attempt(_one_line(f"{type(e).__name__}: {e}"), transient=False) from None
         latency = time.monotonic() - t0
 
-        status = r.status_code
+        status = r.status
         if status == 429 or status == 408 or status >= 500:
             raise _Attempt(f"HTTP {status}: {_error_snippet(r)}", transient=True, status=status,
                            retry_after=_retry_after(r))
@@ -585,23 +574,7 @@ class ServerPool:
     def close(self) -> None:
         self._closed = True
         for s in self._servers:
-            s.session.close()
-
-
-def _root_cause(e: BaseException) -> str:
-    """The innermost exception's message: requests wraps refusals three levels deep."""
-    seen = e
-    while True:
-        nxt = seen.__cause__ or seen.__context__
-        if nxt is None and seen.args and isinstance(seen.args[0], BaseException):
-            nxt = seen.args[0]
-        if nxt is None or nxt is seen:
-            break
-        seen = nxt
-    reason = getattr(seen, "reason", None)  # urllib3 MaxRetryError / NewConnectionError
-    if isinstance(reason, BaseException):
-        seen = reason
-    return f"{type(seen).__name__}: {seen}" if str(seen) else type(seen).__name__
+            s.conns.close()
 
 
 def _int_or_none(v: Any) -> int | None:

@@ -35,7 +35,7 @@ class AskSettings:
 
 
 def arm_fingerprint(
-    settings: AskSettings,
+    settings_digest: str,
     *,
     arm: str,
     codec_identity: str,
@@ -45,12 +45,13 @@ def arm_fingerprint(
 ) -> str:
     """The store key part for one question asked in one arm.
 
+    `settings_digest` is `AskSettings.digest()` (computed once per run, not per question);
     `image_sha256` is the source image's hash (None for the blind arm, which sends no
     image); `size` is the geometry the image is sent at.
     """
     return _digest(
         {
-            "settings": settings.digest(),
+            "settings": settings_digest,
             "arm": arm,
             "codec": codec_identity,
             "prompt": prompt,

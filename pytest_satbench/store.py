@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import sqlite3
 import threading
 import time
@@ -115,6 +116,13 @@ _UPSERT = (
 
 
 @dataclass(frozen=True, slots=True)
+class _Write:
+    sql: str
+    params: Sequence[object]
+    done: threading.Event | None
+
+
+@dataclass(frozen=True, slots=True)
 class ImageInfo:
     sha256: str
     width: int
@@ -122,17 +130,26 @@ class ImageInfo:
 
 
 class ResultStore:
-    """Thread-safe access to the results file: one connection per thread."""
+    """Thread-safe access to the results file.
+
+    Reads use one connection per thread. Writes go through one writer thread that commits
+    whatever is queued in one transaction (a group commit): 64 request threads and pytest's
+    loop never queue on a lock for SQLite, and an answer is committed a few milliseconds
+    after it arrives. `put` returns once its answer is committed, so an answer the plugin
+    has acted on is never lost; bookkeeping rows (`record_item`) are not waited for.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._write_lock = threading.Lock()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
-        with self._write_lock:
-            self._conn().executescript(SCHEMA)
+        self._conn().executescript(SCHEMA)
+        self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._writer_lock = threading.Lock()
+        self._writer_error: BaseException | None = None
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -141,7 +158,7 @@ class ResultStore:
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode: a commit survives a killed process (it is in the OS page
             # cache); only a power loss can take the last commits. FULL would fsync per
-            # answer for no gain against the failure we care about (SIGKILL, OOM, Ctrl-C).
+            # commit for no gain against the failure we care about (SIGKILL, OOM, Ctrl-C).
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=60000")
             self._local.conn = conn
@@ -149,13 +166,63 @@ class ResultStore:
                 self._all.append(conn)
         return conn
 
+    # ------------------------------------------------------------------ the writer
+    def _write(self, sql: str, params: Sequence[object], *, wait: bool) -> None:
+        if self._writer is None:
+            with self._writer_lock:
+                if self._writer is None:
+                    self._writer = threading.Thread(target=self._write_loop, name="satbench-store", daemon=True)
+                    self._writer.start()
+        done = threading.Event() if wait else None
+        self._queue.put(_Write(sql, params, done))
+        if done is not None:
+            done.wait()
+            if self._writer_error is not None:
+                raise self._writer_error
+
+    def _write_loop(self) -> None:
+        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=60000")
+        while True:
+            first = self._queue.get()
+            if first is None:
+                conn.close()
+                return
+            batch = [first]
+            while len(batch) < 1000:  # everything queued meanwhile goes in the same commit
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._queue.put(None)  # stop after this batch
+                    break
+                batch.append(more)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for w in batch:
+                    conn.execute(w.sql, w.params)
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                self._writer_error = exc  # surfaces in every waiting put()
+            for w in batch:
+                if w.done is not None:
+                    w.done.set()
+
+    def flush(self) -> None:
+        """Wait until every queued write is committed."""
+        if self._writer is not None:
+            self._write("SELECT 1", (), wait=True)
+
     # ------------------------------------------------------------------ answers
     def put(self, row: AnswerRow) -> None:
+        """Store an answer or an error; returns once it is committed."""
         if not row.created:
             row.created = time.time()
-        values = [getattr(row, c) for c in _COLUMNS]
-        with self._write_lock:
-            self._conn().execute(_UPSERT, values)
+        self._write(_UPSERT, [getattr(row, c) for c in _COLUMNS], wait=True)
 
     def get(self, nodeid: str, arm: str, fingerprint: str) -> AnswerRow | None:
         """The stored answer, or None when there is none (an error row is not an answer)."""
@@ -177,6 +244,7 @@ class ResultStore:
         return out
 
     def rows(self, benchmark: str | None = None) -> Iterator[AnswerRow]:
+        self.flush()  # this process's queued writes first
         sql = f"SELECT {', '.join(_COLUMNS)} FROM answers"
         args: tuple[str, ...] = ()
         if benchmark:
@@ -186,6 +254,7 @@ class ResultStore:
             yield _row(got)
 
     def count(self, status: str | None = None) -> int:
+        self.flush()  # this process's queued writes first
         if status:
             return self._conn().execute("SELECT COUNT(*) FROM answers WHERE status=?", (status,)).fetchone()[0]
         return self._conn().execute("SELECT COUNT(*) FROM answers").fetchone()[0]
@@ -207,24 +276,25 @@ class ResultStore:
     # rebuilt from the store (answers + the run's items), resumed or not.
     def start_run(self, run_id: str, tag: str, protocol: dict[str, object]) -> None:
         """Idempotent: xdist workers of one run all call it with the same run id."""
-        with self._write_lock:
-            self._conn().execute(
-                "INSERT OR IGNORE INTO runs (run_id, tag, started, finished, protocol) VALUES (?, ?, ?, NULL, ?)",
-                (run_id, tag, time.time(), json.dumps(protocol, sort_keys=True)),
-            )
+        self._write(
+            "INSERT OR IGNORE INTO runs (run_id, tag, started, finished, protocol) VALUES (?, ?, ?, NULL, ?)",
+            (run_id, tag, time.time(), json.dumps(protocol, sort_keys=True)),
+            wait=True,
+        )
 
     def finish_run(self, run_id: str) -> None:
-        with self._write_lock:
-            self._conn().execute("UPDATE runs SET finished=? WHERE run_id=?", (time.time(), run_id))
+        self._write("UPDATE runs SET finished=? WHERE run_id=?", (time.time(), run_id), wait=True)
 
     def record_item(self, run_id: str, nodeid: str, benchmark: str, question: dict[str, object], fingerprints: dict[str, str]) -> None:
-        with self._write_lock:
-            self._conn().execute(
-                "INSERT OR REPLACE INTO run_items VALUES (?, ?, ?, ?, ?)",
-                (run_id, nodeid, benchmark, json.dumps(question), json.dumps(fingerprints)),
-            )
+        # not waited for: a lost row only means a resumed run records the item again
+        self._write(
+            "INSERT OR REPLACE INTO run_items VALUES (?, ?, ?, ?, ?)",
+            (run_id, nodeid, benchmark, json.dumps(question), json.dumps(fingerprints)),
+            wait=False,
+        )
 
     def runs(self, tag: str | None = None) -> list[dict[str, object]]:
+        self.flush()  # this process's queued writes first
         """Runs, newest first: run_id, tag, started, finished, protocol (dict)."""
         sql = "SELECT run_id, tag, started, finished, protocol FROM runs"
         args: tuple[str, ...] = ()
@@ -240,6 +310,7 @@ class ResultStore:
         """(nodeid, benchmark, question dict, {arm: latest row for the run's fingerprint}).
 
         An arm with no row at all (never asked: the run was interrupted) is absent."""
+        self.flush()
         sql = "SELECT nodeid, benchmark, question, fingerprints FROM run_items WHERE run_id=?"
         args: tuple[str, ...] = (run_id,)
         if benchmark:
@@ -266,13 +337,17 @@ class ResultStore:
         return ImageInfo(*got) if got else None
 
     def put_image_info(self, path: str, size_bytes: int, mtime_ns: int, info: ImageInfo) -> None:
-        with self._write_lock:
-            self._conn().execute(
-                "INSERT OR REPLACE INTO image_info VALUES (?, ?, ?, ?, ?, ?)",
-                (path, size_bytes, mtime_ns, info.sha256, info.width, info.height),
-            )
+        self._write(
+            "INSERT OR REPLACE INTO image_info VALUES (?, ?, ?, ?, ?, ?)",
+            (path, size_bytes, mtime_ns, info.sha256, info.width, info.height),
+            wait=False,
+        )
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._queue.put(None)
+            self._writer.join(timeout=60)
+            self._writer = None
         with self._all_lock:
             for conn in self._all:
                 try:
