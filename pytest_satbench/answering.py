@@ -179,7 +179,8 @@ class QuestionRunner:
             answer: Answer = self.pool.ask(
                 model=self.settings.model,
                 prompt=job.prompt,
-                image_jpeg=arm_image.jpeg if arm_image else None,
+                image_jpeg=None,
+                image_b64=arm_image.b64 if arm_image else None,
                 max_tokens=self.settings.max_tokens,
                 temperature=self.settings.temperature,
             )

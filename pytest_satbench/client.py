@@ -395,22 +395,15 @@ class ServerPool:
 
     # ------------------------------------------------------------------ asking
     def ask(self, *, model: str, prompt: str, image_jpeg: bytes | None, max_tokens: int,
-            temperature: float = 0.0) -> Answer:
+            temperature: float = 0.0, image_b64: bytes | None = None) -> Answer:
         """One chat completion, retried on transient failures. Blocking and thread-safe;
         blocks while `concurrency` requests are already in flight. image_jpeg=None asks the
         question without an image (the blind control)."""
         if self._closed:
             raise RuntimeError("ServerPool is closed")
-        content: list[dict[str, Any]] = []
-        if image_jpeg is not None:
-            b64 = base64.b64encode(image_jpeg).decode("ascii")
-            content.append({"type": "image_url",
-                            "image_url": {"url": f"data:image/jpeg;base64,{b64}"}})
-        content.append({"type": "text", "text": prompt})
-        body = {"model": model, "temperature": temperature, "max_tokens": max_tokens,
-                "messages": [{"role": "user", "content": content}]}
-        # Serialise once: a 2 MB base64 image re-encoded on every retry is wasted CPU.
-        payload = json.dumps(body).encode("utf-8")
+        if image_b64 is None and image_jpeg is not None:
+            image_b64 = base64.b64encode(image_jpeg)
+        payload = chat_payload(model, prompt, image_b64, max_tokens, temperature)
 
         tries = 1 + self.retries
         last_failed: _Server | None = None
@@ -575,6 +568,24 @@ class ServerPool:
         self._closed = True
         for s in self._servers:
             s.conns.close()
+
+
+def chat_payload(model: str, prompt: str, image_b64: bytes | None, max_tokens: int,
+                 temperature: float) -> bytes:
+    """The request body, as `json.dumps` of the seed's message would give it.
+
+    Built by joining pieces so the base64 image (tens of kB, pure ASCII, nothing to escape)
+    is never scanned by the JSON encoder: questions about one image share its base64 bytes
+    (`image_b64`, encoded once per image by the caller), and only the short parts are encoded.
+    """
+    head = json.dumps({"model": model, "temperature": temperature, "max_tokens": max_tokens})
+    text = json.dumps({"type": "text", "text": prompt}).encode()
+    if image_b64 is None:
+        content = b"[" + text + b"]"
+    else:
+        content = (b'[{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,'
+                   + image_b64 + b'"}}, ' + text + b"]")
+    return head[:-1].encode() + b', "messages": [{"role": "user", "content": ' + content + b"}]}"
 
 
 def _int_or_none(v: Any) -> int | None:

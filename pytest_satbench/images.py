@@ -12,13 +12,14 @@ difference between the arms is the codec.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from PIL import Image, UnidentifiedImageError
 
@@ -52,6 +53,11 @@ class ArmImage:
     sha256: str  # of the bytes sent
     size: tuple[int, int]
     tokens: int | None = None  # image tokens the codec used (One-D-Piece: nlatent x crops)
+    b64: bytes = field(default=b"", repr=False)  # base64 of jpeg, encoded once for all its questions
+
+    def __post_init__(self) -> None:
+        if not self.b64:
+            object.__setattr__(self, "b64", base64.b64encode(self.jpeg))
 
 
 @dataclass(frozen=True, slots=True)

@@ -458,3 +458,22 @@ def test_credentials_in_server_url_never_shown() -> None:
             shown = [repr(pool), a.server, *pool.usage(), *models, repr(pool.usage()), *pool.urls]
     assert srv.recorded[0].authorization is not None  # requests sent them as Basic auth
     assert a.server == srv.url and not any("hunter2" in x for x in shown)
+
+
+def test_chat_payload_is_the_seeds_message_as_json() -> None:
+    import base64 as b64
+
+    from pytest_satbench.client import chat_payload
+
+    image = bytes(range(256)) * 40
+    prompt = 'Is there a "ship"?\nAnswer: é ✓'
+    body = json.loads(chat_payload("m-1", prompt, b64.b64encode(image), 64, 0.0))
+    assert body == {
+        "model": "m-1", "temperature": 0.0, "max_tokens": 64,
+        "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + b64.b64encode(image).decode()}},
+            {"type": "text", "text": prompt},
+        ]}],
+    }
+    blind = json.loads(chat_payload("m-1", prompt, None, 64, 0.0))
+    assert blind["messages"][0]["content"] == [{"type": "text", "text": prompt}]
