@@ -36,6 +36,10 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def _finite(v: float | None) -> float | None:
+    return None if v is None or math.isnan(v) or math.isinf(v) else v
+
+
 def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(_clean(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
@@ -119,16 +123,17 @@ def write_predictions(path: Path, data: BenchmarkData) -> int:
                     "question": q.text, "ground_truth": q.answer, "arm": arm, "status": row.status,
                     "answer": row.text, "extracted": sc.extracted if sc else None,
                     "correct": bool(sc and sc.correct), "parsed": bool(sc and sc.parsed),
-                    "views": dict(sc.views) if sc else {},
-                    "finish_reason": row.finish_reason, "latency_s": row.latency_s,
+                    "views": {k: _finite(v) for k, v in sc.views} if sc else {},
+                    "finish_reason": row.finish_reason, "latency_s": _finite(row.latency_s),
                     "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
-                    "cost": row.cost, "model": row.model,
+                    "cost": _finite(row.cost), "model": row.model,
                     # the two fields that could carry a credential (a URL, a server's error
                     # text); redacting every field of 500k rows took seconds
                     "server": redact(row.server), "attempts": row.attempts,
                     "image_sha256": row.image_sha256, "image_tokens": row.image_tokens, "error": redact(row.error),
                 }
-                fh.write(json.dumps(_clean(rec), ensure_ascii=False) + "\n")
+                # the floats that can be NaN are cleaned above: no recursive pass per row
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 n += 1
     return n
 
