@@ -34,12 +34,13 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from _measure import measured  # bench/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out"
@@ -178,27 +179,6 @@ def make_suites(tmp: Path) -> dict[str, tuple[Path, list[str]]]:
 
 # ---------------------------------------------------------------------- runs
 
-GNU_TIME = Path("/usr/bin/time")
-
-
-def measured(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None = None) -> tuple[float, float, float, int]:
-    """Run cmd to completion -> (wall s, CPU s user+sys, peak RSS MB, exit code).
-
-    GNU time measures the child: ru_maxrss survives fork+exec, so a child forked straight
-    from this (large) process would report this process's RSS as its own floor.
-    """
-    stats = log.with_suffix(".time")
-    wrapped = [str(GNU_TIME), "-f", "%U %S %M", "-o", str(stats), *cmd] if GNU_TIME.exists() else cmd
-    with open(log, "w") as fh:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(wrapped, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env=env)
-        _, status, ru = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-    rc = os.waitstatus_to_exitcode(status)
-    if GNU_TIME.exists():
-        user, sys_, kb = stats.read_text().split("\n")[-2].split()
-        return wall, float(user) + float(sys_), int(kb) / 1024, rc
-    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, rc
 
 
 def collect(variant: str, root: Path, extra: list[str], rep: int) -> Run:

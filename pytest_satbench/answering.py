@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .client import Answer, RequestFailed, ServerPool
 from .fingerprint import AskSettings, arm_fingerprint
-from .images import BLIND, ORIG, REPEAT, ImageError, ImagePipeline, PreparedImage, image_arm
+from .images import BLIND, REPEAT, ImageError, ImagePipeline, PreparedImage, image_arm
 from .question import Question
 from .scoring import Score, ScoreOptions, score
 from .store import AnswerRow, ResultStore

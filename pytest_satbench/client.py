@@ -12,7 +12,6 @@ import base64
 import email.utils
 import json
 import math
-import os
 import random
 import threading
 import time

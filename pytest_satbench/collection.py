@@ -191,7 +191,7 @@ def keyword_could_match(
     for values in itertools.product((False, True), repeat=len(open_words)):
         assignment = dict(zip(open_words, values))
 
-        def matcher(name: str, /, **kwargs: Any) -> bool:
+        def matcher(name: str, /, assignment: dict[str, bool] = assignment, **kwargs: Any) -> bool:
             name = name.lower()
             if name in known:
                 return known[name]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from .gates import Gate, GateError, parse_gate
 from .codecs.base import ArmSpec, SpecError, normalise_spec, parse_spec
+from .gates import Gate, GateError, parse_gate
 
 GROUP = "satbench"
 

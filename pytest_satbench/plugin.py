@@ -17,8 +17,8 @@ from .answering import ItemResult, Job
 from .client import ServerPool
 from .collection import SESSION_KEY
 from .images import ImagePipeline
-from .question import Question
 from .options import add_options, parse_settings
+from .question import Question
 from .session import SatbenchSession
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
-import uuid
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ import pytest
 from . import gates, registry
 from .answering import ItemResult, Job, QuestionRunner
 from .codecs.base import build_codecs
-from .datacache import load_questions
 from .collection import (
     QuestionFailed,
     QuestionItem,
@@ -29,10 +28,10 @@ from .collection import (
     keyword_could_match,
     make_items,
 )
+from .datacache import load_questions
 from .fingerprint import AskSettings
 from .images import ImagePipeline
 from .options import Settings
-from .protocol import run_question_item
 from .outcomes import (
     ERROR,
     REGRESSED,
@@ -42,6 +41,7 @@ from .outcomes import (
     regression_message,
     teststatus,
 )
+from .protocol import run_question_item
 from .question import Question
 from .registry import DatasetError, LoadRequest
 from .scheduling import LookAhead, worker_upcoming
@@ -421,8 +421,8 @@ class _Runtime:
 
     @classmethod
     def start(cls, owner: SatbenchSession, session: pytest.Session, items: list[QuestionItem]) -> _Runtime:
-        from .client import ModelMismatch, ServerPool, ServerUnavailable
         from . import prompts
+        from .client import ModelMismatch, ServerPool, ServerUnavailable
 
         s = owner.settings
         self = cls()

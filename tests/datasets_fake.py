@@ -381,3 +381,12 @@ def write_vrsbench(
         files.append(base / ref_name)
     return Written(root, files, images, exp_vqa + exp_ref,
                    extra={"vqa": exp_vqa, "ref": exp_ref, "image_ids": image_ids})
+
+
+def rsvqa_suite(pytester: Any, module: str, *, n_images: int, per_type: int) -> Path:
+    """A pytester directory with a benchmark test module and an RSVQA-LR data root;
+    returns the data root."""
+    pytester.makepyfile(test_bench=module)
+    root = pytester.path / "data"
+    write_rsvqa(root, "lr", n_images=n_images, per_type=per_type)
+    return root

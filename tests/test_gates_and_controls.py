@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from datasets_fake import write_rsvqa
+from datasets_fake import rsvqa_suite
 from servers import FakeVLM
 
 from pytest_satbench.gates import GATE_FAILED_EXIT, GateError, evaluate, parse_gate
@@ -26,10 +26,7 @@ N = N_IMAGES * 4 * PER_TYPE  # presence "yes", comp "no", count "403", rural_urb
 
 @pytest.fixture
 def data(pytester: pytest.Pytester) -> Path:
-    pytester.makepyfile(test_bench=BENCH_MODULE)
-    root = pytester.path / "data"
-    write_rsvqa(root, "lr", n_images=N_IMAGES, per_type=PER_TYPE)
-    return root
+    return rsvqa_suite(pytester, BENCH_MODULE, n_images=N_IMAGES, per_type=PER_TYPE)
 
 
 def by_arm(prompt: str, has_image: bool, image: bytes | None) -> str:

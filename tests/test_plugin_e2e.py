@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from datasets_fake import write_rsvqa
+from datasets_fake import rsvqa_suite, write_rsvqa
 from PIL import Image
 from servers import Fail, FakeVLM
 
@@ -36,10 +36,7 @@ def always(text: str):
 
 @pytest.fixture
 def bench(pytester: pytest.Pytester) -> Path:
-    pytester.makepyfile(test_bench=BENCH_MODULE)
-    data = pytester.path / "data"
-    write_rsvqa(data, "lr", n_images=N_IMAGES, per_type=PER_TYPE)
-    return data
+    return rsvqa_suite(pytester, BENCH_MODULE, n_images=N_IMAGES, per_type=PER_TYPE)
 
 
 def run(pytester: pytest.Pytester, srv: FakeVLM | str, data: Path, *args: str) -> pytest.RunResult:
@@ -273,8 +270,11 @@ def test_sigkill_then_rerun_gives_the_uninterrupted_results(pytester: pytest.Pyt
 
     def table(out: str) -> list[str]:
         lines = out.splitlines()
-        start = next(i for i, l in enumerate(lines) if "satbench: rsvqa_lr" in l)
-        return [l for l in lines[start:] if not l.startswith(("answers:", "satbench: report")) and " in " not in l]
+        start = next(i for i, line in enumerate(lines) if "satbench: rsvqa_lr" in line)
+        return [
+            line for line in lines[start:]
+            if not line.startswith(("answers:", "satbench: report")) and " in " not in line
+        ]
 
     assert table(resumed.stdout) == table(ref.stdout)
     assert _final_line_text(resumed.stdout) == _final_line_text(ref.stdout)
