@@ -79,3 +79,14 @@ class Question:
             if k == name:
                 return v
         return default
+
+
+def chance(q: Question) -> float | None:
+    """Probability that a uniformly random answer is right, where that is meaningful."""
+    if q.kind == "mc" and q.choices:
+        return 1.0 / len(q.choices)
+    if q.kind == "vqa" and q.answer.strip().lower() in ("yes", "no"):
+        return 0.5
+    if q.kind == "vqa" and q.answer.strip().lower() in ("rural", "urban"):
+        return 0.5
+    return None

@@ -7,6 +7,7 @@ package that exposes the entry point group `pytest_satbench.benchmarks`): it bui
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import pkgutil
 import random
@@ -158,3 +159,9 @@ def sort_by_image(questions: Iterable[Question]) -> list[Question]:
         return image, natural(q.key)
 
     return sorted(questions, key=key)
+
+
+def repeat_sample(questions: list[Question], n: int) -> set[tuple[str, str]]:
+    """A fixed pseudo-random sample (by hash of benchmark and key), spread over images."""
+    ranked = sorted(questions, key=lambda q: hashlib.sha1(f"{q.benchmark}:{q.key}".encode()).hexdigest())
+    return {(q.benchmark, q.key) for q in ranked[:n]}

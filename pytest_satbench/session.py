@@ -8,10 +8,6 @@ controller it only collects reports and renders the summary; items run on the wo
 from __future__ import annotations
 
 import gc
-import hashlib
-import os
-import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,8 +15,7 @@ from typing import Any
 import pytest
 
 from . import gates, registry
-from .answering import ItemResult, Job, QuestionRunner
-from .codecs.base import build_codecs
+from .answering import ItemResult
 from .collection import (
     QuestionFailed,
     QuestionItem,
@@ -29,8 +24,6 @@ from .collection import (
     make_items,
 )
 from .datacache import load_questions
-from .fingerprint import AskSettings
-from .images import ImagePipeline
 from .options import Settings
 from .outcomes import (
     ERROR,
@@ -42,10 +35,10 @@ from .outcomes import (
     teststatus,
 )
 from .protocol import run_question_item
-from .question import Question
-from .registry import DatasetError, LoadRequest
-from .scheduling import LookAhead, worker_upcoming
-from .scoring import ScoreOptions
+from .provenance import dataset_hashes, question_record
+from .question import chance
+from .registry import DatasetError, LoadRequest, repeat_sample
+from .runtime import Runtime
 from .store import ResultStore
 from .summary import SummaryCollector
 
@@ -76,7 +69,7 @@ class SatbenchSession:
         self.summary = SummaryCollector(settings, iterations=settings.bootstrap)
         self.left_out: list[str] = []
         self.not_loaded: list[str] = []
-        self._runtime: _Runtime | None = None
+        self._runtime: Runtime | None = None
         self._builtin = None
         self._results: dict[str, ItemResult] = {}
         workerinput = getattr(config, "workerinput", {})
@@ -169,7 +162,7 @@ class SatbenchSession:
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
         items = [i for i in session.items if isinstance(i, QuestionItem)]
         if items and not self._is_controller() and not session.config.option.collectonly:
-            self._runtime = _Runtime.start(self, session, items)
+            self._runtime = Runtime.start(self, session, items)
         try:
             return (yield)
         finally:
@@ -182,10 +175,10 @@ class SatbenchSession:
             return run_question_item(item, nextitem)
         return None  # pytest's own protocol
 
-    def runtime(self, session: pytest.Session) -> _Runtime:
+    def runtime(self, session: pytest.Session) -> Runtime:
         """Servers, images and store, started on first use (the public fixtures use this)."""
         if self._runtime is None:
-            self._runtime = _Runtime.start(self, session, [])
+            self._runtime = Runtime.start(self, session, [])
         return self._runtime
 
     def _is_controller(self) -> bool:
@@ -322,219 +315,3 @@ class SatbenchSession:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._builtin is not None:
             self._builtin.close()
-
-
-def run_protocol(owner: SatbenchSession, model: str, urls: list[str]) -> dict[str, Any]:
-    """What exactly was measured (never an API key): protocol.json of every report."""
-    from . import __version__
-
-    s = owner.settings
-    return {
-        "plugin_version": __version__,
-        "command": ["pytest", *owner.config.invocation_params.args],
-        "model": model,
-        "servers": ["builtin reference server"] if s.builtin_server else list(urls),
-        "sampling": {"temperature": 0.0, "max_tokens": s.max_new},
-        "prompt_style": s.prompt_style,
-        "box_grid": s.box_grid,
-        "iou": s.iou,
-        "arms": ["orig", *[a.canonical for a in s.arms], *(["blind"] if s.blind else [])],
-        "limit": s.limit,
-        "datasets": owner.dataset_hashes,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "tag": s.tag,
-    }
-
-
-def protocol_conflict(store: ResultStore, tag: str, run_id: str, proto: dict[str, Any]) -> str | None:
-    """Why this run must not be merged into the earlier runs reported under the same tag."""
-    for prev in store.runs(tag):
-        if prev["run_id"] == run_id:
-            continue
-        old = prev["protocol"]
-        assert isinstance(old, dict)
-        if old.get("model") != proto["model"]:
-            return (
-                f"--tag {tag} was measured with model {old.get('model')!r}, this run asks {proto['model']!r}; "
-                "pass another --tag, or --allow-protocol-change to mix them"
-            )
-        for bench, files in proto["datasets"].items():
-            before = (old.get("datasets") or {}).get(bench)
-            if before and before != files:
-                return (
-                    f"--tag {tag}: the {bench} dataset files changed since the earlier run (sha256 differs); "
-                    "pass another --tag, or --allow-protocol-change to mix them"
-                )
-        return None  # the latest earlier run decides
-    return None
-
-
-def repeat_sample(questions: list[Question], n: int) -> set[tuple[str, str]]:
-    """A fixed pseudo-random sample (by hash of benchmark and key), spread over images."""
-    ranked = sorted(questions, key=lambda q: hashlib.sha1(f"{q.benchmark}:{q.key}".encode()).hexdigest())
-    return {(q.benchmark, q.key) for q in ranked[:n]}
-
-
-def question_record(q: Question, prompt: str) -> dict[str, Any]:
-    """What reports need of a question, as plain JSON (kept with the run in the store)."""
-    return {
-        "key": q.key, "text": q.text, "answer": q.answer, "types": list(q.types), "kind": q.kind,
-        "choices": list(q.choices) if q.choices else None, "extra": [list(kv) for kv in q.extra],
-        "image_id": q.image.id, "image_path": q.image.path, "prompt": prompt,
-    }
-
-
-def dataset_hashes(bench: registry.Benchmark, root: Path) -> dict[str, str]:
-    """sha256 of the benchmark's dataset files (not images): the frozen-benchmark check."""
-    out: dict[str, str] = {}
-    for rel in bench.requires:
-        for path in sorted(root.glob(rel)) if any(c in rel for c in "*?[") else [root / rel]:
-            if path.is_file():
-                h = hashlib.sha256()
-                with open(path, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 20), b""):
-                        h.update(block)
-                out[str(path.relative_to(root))] = h.hexdigest()
-    return out
-
-
-def chance(q: Question) -> float | None:
-    """Probability that a uniformly random answer is right, where that is meaningful."""
-    if q.kind == "mc" and q.choices:
-        return 1.0 / len(q.choices)
-    if q.kind == "vqa" and q.answer.strip().lower() in ("yes", "no"):
-        return 0.5
-    if q.kind == "vqa" and q.answer.strip().lower() in ("rural", "urban"):
-        return 0.5
-    return None
-
-
-class _Runtime:
-    """What exists only while items run on this process: servers, codecs, store."""
-
-    def __init__(self) -> None:
-        self.lookahead: LookAhead[QuestionItem, ItemResult]
-        self.runner: QuestionRunner
-        self.pool: Any
-        self.images: ImagePipeline
-        self.store: ResultStore
-
-    @classmethod
-    def start(cls, owner: SatbenchSession, session: pytest.Session, items: list[QuestionItem]) -> _Runtime:
-        from . import prompts
-        from .client import ModelMismatch, ServerPool, ServerUnavailable
-
-        s = owner.settings
-        self = cls()
-        self.stopped = threading.Event()
-        urls = list(s.servers)
-        if s.builtin_server:
-            url = getattr(owner.config, "workerinput", {}).get("satbench_builtin_url")
-            if url is None:
-                from .server import start_server
-
-                owner._builtin = start_server()
-                url = owner._builtin.url
-            urls = [url]
-        if not urls:
-            raise pytest.UsageError(
-                "satbench: benchmark items need servers: pass --servers http://HOST:PORT[,...] or --servers builtin"
-            )
-        # --concurrency is for the whole run: xdist workers share it
-        workers = int(getattr(owner.config, "workerinput", {}).get("workercount", 1) or 1)
-        concurrency = max(1, s.concurrency // workers)
-        self.pool = ServerPool(
-            urls, timeout=s.request_timeout, retries=s.retries, concurrency=concurrency, api_key=s.api_key
-        )
-        try:
-            self.pool.health_check()
-            model = self.pool.resolve_model(s.model)
-        except (ServerUnavailable, ModelMismatch) as exc:
-            self.pool.close()
-            raise pytest.UsageError(f"satbench: {exc}") from None
-        owner.summary.model = model
-        self.store = ResultStore(owner._cache_dir("satbench") / "results.sqlite")
-        disk_cache = None
-        try:
-            from .diskcache import DiskCache
-
-            disk_cache = DiskCache(owner._cache_dir("satbench-recon"), max_bytes=int(os.environ.get("SATBENCH_RECON_CACHE_BYTES", 20 * 2**30)))
-        except ImportError:
-            pass
-        try:
-            codecs = build_codecs(s.arms)
-        except Exception as exc:  # a bad checkpoint: one line naming the file
-            self.pool.close()
-            raise pytest.UsageError(f"satbench: {exc}") from None
-        self.images = ImagePipeline(codecs, store=self.store, cache_images=s.cache_images, disk_cache=disk_cache)
-        proto = run_protocol(owner, model, urls)
-        proto["codec_identity"] = {a: self.images.codec_identity(a) for a in self.images.arms if self.images.codec_identity(a)}
-        if not s.allow_protocol_change:
-            problem = protocol_conflict(self.store, s.tag, owner.run_id, proto)
-            if problem:
-                self.pool.close()
-                self.images.close()
-                raise pytest.UsageError(f"satbench: {problem}")
-        self.store.start_run(owner.run_id, s.tag, proto)
-        settings = AskSettings(model=model, max_tokens=s.max_new, temperature=0.0, prompt_style=s.prompt_style)
-        box_grid = s.box_grid or prompts.default_box_grid(s.prompt_style)
-
-        def score_options(q: Question, size: tuple[int, int] | None) -> ScoreOptions:
-            return ScoreOptions(box_grid=box_grid, iou=s.iou, image_size=size)
-
-        self.runner = QuestionRunner(
-            pool=self.pool, images=self.images, store=self.store, settings=settings,
-            score_options=score_options, blind=s.blind, fresh=s.fresh, concurrency=concurrency,
-        )
-        style = s.prompt_style
-
-        def job(item: QuestionItem) -> Job:
-            q = item.question
-            repeats = s.repeat_orig if (q.benchmark, q.key) in owner.repeat_keys else 0
-            return Job(item.nodeid, q, prompts.render(q, style), repeats)
-
-        upcoming: Any
-        interactor = _xdist_interactor(owner.config)
-        if interactor is not None:
-            all_items = session.items
-            wanted = {id(i) for i in items}
-
-            def snapshot() -> list[Any] | None:
-                try:
-                    with interactor.torun.lock() as queue:
-                        return list(queue)
-                except Exception:
-                    return None
-
-            upcoming = (
-                i for i in worker_upcoming(snapshot, all_items, self.stopped.is_set) if id(i) in wanted
-            )
-        else:
-            upcoming = iter(items)
-        self.lookahead = LookAhead(
-            upcoming,
-            submit=lambda item: self.runner.submit(job(item)),
-            key=lambda item: item.nodeid,
-            window=max(2 * concurrency, 8),
-        )
-        self.lookahead.start()
-        self.started = time.monotonic()
-        return self
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.lookahead.stop()
-        self.runner.close()
-        self.pool.close()
-        self.images.close()
-        self.store.close()
-
-
-def _xdist_interactor(config: pytest.Config) -> Any:
-    if not hasattr(config, "workerinput"):
-        return None
-    for plugin in config.pluginmanager.get_plugins():
-        if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
-            return plugin
-    return None
-

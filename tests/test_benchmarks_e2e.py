@@ -6,7 +6,12 @@ both arms: loader, prompt, scoring and summary agree end to end."""
 from __future__ import annotations
 
 import pytest
-from datasets_fake import write_lhrs_parquet, write_lhrs_qa_json, write_rsvqa, write_vrsbench
+from datasets_fake import (
+    write_lhrs_parquet,
+    write_lhrs_qa_json,
+    write_rsvqa,
+    write_vrsbench,
+)
 from servers import FakeVLM
 
 from pytest_satbench import prompts, registry

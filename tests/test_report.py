@@ -216,7 +216,7 @@ def test_protocol_has_no_key(report) -> None:
 
 def test_run_protocol_has_no_key_field() -> None:
     """The plugin's protocol never takes the key, whatever the settings hold."""
-    from pytest_satbench.session import run_protocol
+    from pytest_satbench.provenance import run_protocol
 
     settings = SimpleNamespace(
         max_new=64, prompt_style="geocot", box_grid=None, iou="inclusive", arms=[], blind=True,

@@ -177,7 +177,7 @@ def _benchmark(
     bench: str, run_id: str, tag: str, protocol: dict[str, Any],
     raw: list[tuple[str, dict[str, Any], dict[str, AnswerRow]]], iterations: int, seed: int,
 ) -> BenchmarkData:
-    from ..session import chance  # the plugin's definition of the random baseline
+    from ..question import chance  # the plugin's definition of the random baseline
 
     reported = _reported_type(bench)
     opts = score_options(protocol)
