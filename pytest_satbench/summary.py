@@ -9,6 +9,7 @@ delta, its clustered-bootstrap interval, regressed/improved counts and McNemar's
 from __future__ import annotations
 
 import math
+import textwrap
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -112,14 +113,16 @@ class SummaryCollector:
                 tr.write_line(line)
             floor = noise_floor(self.by_benchmark[name])
             if floor is not None:
-                tr.write_line(
+                for line in prose(
                     f"noise floor: the original asked {floor.asks}x on {floor.questions} questions changed its verdict "
                     f"on {floor.flipped} ({100 * floor.rate:.1f}%); a per-question delta rate below that is server noise"
-                )
-        tr.write_line(
+                ):
+                    tr.write_line(line)
+        for line in prose(
             f"answers: {self.answered} asked this run, {self.from_store} reused from the store"
             + (f"; model {self.model}" if self.model else "")
-        )
+        ):
+            tr.write_line(line)
 
 
 def _pct(x: float | None) -> str:
@@ -147,33 +150,38 @@ def render_benchmark(st: BenchmarkStats, width: int = 80) -> list[str]:
     lines: list[str] = []
     labels, legend = arm_labels(arms)
 
-    # 1. accuracy per arm (%), with errors/truncated/unparseable summed over arms
-    fixed = 7 + 9 * len(arms) + 8 + 15
-    tw = max(8, min(max(len(t) for t, _ in groups) + 1, width - fixed, 24))
-    head = f"{'type':<{tw}}{'n':>7}" + "".join(f"{labels[a]:>9}" for a in arms) + f"{'chance':>8}{'err':>5}{'trn':>5}{'unp':>5}"
-    lines.append(head)
-    for label, g in groups:
-        accs = "".join(f"{_pct(g.accuracy[a].accuracy if a in g.accuracy else None):>9}" for a in arms)
-        err = sum(g.accuracy[a].errors for a in arms if a in g.accuracy)
-        trn = sum(g.accuracy[a].truncated for a in arms if a in g.accuracy)
-        unp = sum(g.accuracy[a].unparseable for a in arms if a in g.accuracy)
-        chance = _pct(g.chance.accuracy) if g.chance.n_defined else "   -"
-        lines.append(f"{label[:tw - 1]:<{tw}}{g.n:>7}{accs}{chance:>8}{err:>5}{trn:>5}{unp:>5}")
+    # 1. accuracy per arm (%), with errors/truncated/unparseable summed over arms; at most
+    # four arm columns a block, so a budget sweep stays within the width
+    tw = max(8, min(max(len(t) for t, _ in groups) + 1, 24))
+    per_block = max(1, (width - tw - 7 - 23) // 9)
+    for start in range(0, len(arms), per_block):
+        block = arms[start:start + per_block]
+        if start:
+            lines.append("")
+        lines.append(f"{'type':<{tw}}{'n':>7}" + "".join(f"{labels[a]:>9}" for a in block)
+                     + f"{'chance':>8}{'err':>5}{'trn':>5}{'unp':>5}")
+        for label, g in groups:
+            accs = "".join(f"{_pct(g.accuracy[a].accuracy if a in g.accuracy else None):>9}" for a in block)
+            err = sum(g.accuracy[a].errors for a in arms if a in g.accuracy)
+            trn = sum(g.accuracy[a].truncated for a in arms if a in g.accuracy)
+            unp = sum(g.accuracy[a].unparseable for a in arms if a in g.accuracy)
+            chance = _pct(g.chance.accuracy) if g.chance.n_defined else "   -"
+            lines.append(f"{label[:tw - 1]:<{tw}}{g.n:>7}{accs}{chance:>8}{err:>5}{trn:>5}{unp:>5}")
     lines += legend
     if ORIG in st.overall.accuracy:
         o = st.overall.accuracy[ORIG]
-        lines.append(
+        lines += prose(
             f"orig: overall accuracy {100 * o.accuracy:.1f}% "
             f"(95% CI {_pct(o.ci_low).strip()}-{_pct(o.ci_high).strip()}, clustered by image, "
             f"{st.overall.n_images} images); average accuracy (mean of types) "
-            f"{100 * st.average_accuracy.get(ORIG, float('nan')):.1f}%"
+            f"{100 * st.average_accuracy.get(ORIG, float('nan')):.1f}%", width
         )
 
     # 2. paired tables, one per reconstruction arm
     tw = max(8, min(max(len(t) for t, _ in groups) + 1, width - 67, 24))
     for arm in st.recon_arms:
         lines.append("")
-        lines.append(f"{arm} vs orig: delta in points, 95% CI clustered by image; R regressed, I improved")
+        lines += prose(f"{arm} vs orig: delta in points, 95% CI clustered by image; R regressed, I improved", width)
         lines.append(f"{'type':<{tw}}{'n':>6}{'orig':>6}{'recon':>6}{'delta':>7} {'95% CI':<14}{'R':>5}{'I':>5}  {'p':<6}{'err':>5}")
         for label, g in groups:
             pair = g.paired.get(arm)
@@ -198,7 +206,12 @@ VIEW_TITLES = {
 }
 
 
-def render_views(records: list[QuestionRecord], arms: list[str], iterations: int) -> list[str]:
+def prose(text: str, width: int = 80) -> list[str]:
+    """A sentence of the summary, wrapped to the terminal width the tables keep to."""
+    return textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False) or [""]
+
+
+def render_views(records: list[QuestionRecord], arms: list[str], iterations: int, width: int = 80) -> list[str]:
     """Second views of the same answers (binned counts, VRSBench official rules, Acc@0.7)."""
     names = sorted({v for r in records for arm_views in r.views.values() for v in arm_views})
     lines: list[str] = []
@@ -209,12 +222,15 @@ def render_views(records: list[QuestionRecord], arms: list[str], iterations: int
         if not shown:
             continue
         lines.append("")
-        lines.append(f"view {VIEW_TITLES.get(name, name)} (%)")
-        lines.append(f"{'type':<16}{'n':>7}" + "".join(f"{labels[a]:>9}" for a in shown))
+        lines += prose(f"view {VIEW_TITLES.get(name, name)} (%)", width)
         rows = [(t, g) for t, g in vs.by_type.items() if g] + [("overall", vs.overall)]
-        for label, g in rows:
-            n = max((g[a].n for a in shown if a in g), default=0)
-            lines.append(f"{label[:15]:<16}{n:>7}" + "".join(f"{_pct(g[a].mean if a in g else None):>9}" for a in shown))
+        per_block = max(1, (width - 23) // 9)
+        for start in range(0, len(shown), per_block):
+            block = shown[start:start + per_block]
+            lines.append(f"{'type':<16}{'n':>7}" + "".join(f"{labels[a]:>9}" for a in block))
+            for label, g in rows:
+                n = max((g[a].n for a in block if a in g), default=0)
+                lines.append(f"{label[:15]:<16}{n:>7}" + "".join(f"{_pct(g[a].mean if a in g else None):>9}" for a in block))
     return lines
 
 
@@ -229,7 +245,7 @@ def arm_labels(arms: list[str]) -> tuple[dict[str, str], list[str]]:
             numbered[a] = a
         else:
             numbered[a] = f"arm{i}"
-            legend.append(f"  arm{i} = {a}")
+            legend += prose(f"  arm{i} = {a}")
     return numbered, legend
 
 
