@@ -346,3 +346,13 @@ def test_toklip_root_is_accepted_as_the_seed_does(pytester: pytest.Pytester, ben
         result = pytester.runpytest("--servers", srv.url, "-q", "-W", "ignore::pytest.PytestAssertRewriteWarning")
     assert result.ret == 0
     assert sum(result.parseoutcomes().values()) == N_QUESTIONS
+
+
+def test_cache_clear_forgets_answers_and_export_writes_every_row(pytester: pytest.Pytester, bench: Path) -> None:
+    with FakeVLM(models=["m"], answer=always("yes")) as srv:
+        run(pytester, srv, bench, "-q", "--export-jsonl")
+        assert srv.chat_requests == N_QUESTIONS
+        rows = (pytester.path / "reports" / "results.jsonl").read_text().splitlines()
+        assert len(rows) == N_QUESTIONS and all('"status": "ok"' in r for r in rows)
+        run(pytester, srv, bench, "-q", "--cache-clear")  # the store lives in pytest's cache
+        assert srv.chat_requests == 2 * N_QUESTIONS
