@@ -230,6 +230,10 @@ def parse_settings(config: pytest.Config) -> Settings:
         data_root, source = Path(data_root_raw).expanduser(), "--data-root"
     else:
         data_root, source = _data_root()
+    # only an explicit option is checked here: an environment variable reaches every pytest
+    # run, and a stale one must not break runs that use no benchmark
+    if data_root_raw and data_root is not None and not data_root.is_dir():
+        raise pytest.UsageError(f"{source}: {data_root} is not a folder; point it at the folder holding the benchmarks")
     limit_raw = opt("limit")
     limit = _int("--limit", limit_raw, 0, minimum=0) or None
     prompt_style = opt("prompt_style") or _ini(config, "satbench_prompt_style") or "geocot"

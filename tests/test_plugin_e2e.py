@@ -181,6 +181,9 @@ def test_regressions_are_letters_and_fail_only_when_asked(pytester: pytest.Pytes
         (["--recon", "webp"], "--recon 'webp': unknown codec 'webp'*"),
         (["--servers", "gpu1:8000"], "--servers: 'gpu1:8000' is not a URL*"),
         (["--box-grid", "7"], "--box-grid: expected one of 1000, 100, pixels, got '7'"),
+        (["--data-root", "/nonexistent/data"], "--data-root: /nonexistent/data is not a folder*"),
+        (["--repeat-orig", "1"], "--repeat-orig: K is the number of asks in all*"),
+        (["--tag", "../x"], "--tag: use letters, digits*"),
     ],
 )
 def test_bad_options_are_one_line_usage_errors(pytester: pytest.Pytester, bench: Path, args: list[str], message: str) -> None:
