@@ -7,6 +7,7 @@ colour in every chart of a report; tests look for these colours in a screenshot.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from html import escape
 
 from ..stats import BenchmarkStats
@@ -66,14 +67,7 @@ def accuracy_bars(st: BenchmarkStats, title: str, labels: dict[str, str] | None 
     def y(v: float) -> float:
         return y0 - plot_h * v
 
-    parts = [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" width="{_f(width)}" height="{_f(height)}" '
-        f'viewBox="0 0 {_f(width)} {_f(height)}" role="img" aria-label="{escape(title)}">'),
-        f'<text x="{_f(left)}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>',
-    ]
-    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<line x1="{_f(left)}" x2="{_f(left + group_w * len(groups))}" y1="{_f(y(tick))}" y2="{_f(y(tick))}" stroke="#dddddd"/>')
-        parts.append(f'<text x="{_f(left - 6)}" y="{_f(y(tick) + 4)}" font-size="11" text-anchor="end">{int(tick * 100)}%</text>')
+    parts = _frame(title, width, height, left, left + group_w * len(groups), y)
     for gi, (label, g) in enumerate(groups):
         gx = left + gi * group_w + gap / 2
         for ai, arm in enumerate(arms):
@@ -132,14 +126,7 @@ def tokens_curve(points: dict[str, list[tuple[float, float]]], ceilings: dict[st
     def py(v: float) -> float:
         return top + ph * (1 - v)
 
-    parts = [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" width="{_f(width)}" height="{_f(height)}" '
-        f'viewBox="0 0 {_f(width)} {_f(height)}" role="img" aria-label="{escape(title)}">'),
-        f'<text x="{_f(left)}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>',
-    ]
-    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f'<line x1="{_f(left)}" x2="{_f(left + pw)}" y1="{_f(py(tick))}" y2="{_f(py(tick))}" stroke="#dddddd"/>')
-        parts.append(f'<text x="{_f(left - 6)}" y="{_f(py(tick) + 4)}" font-size="11" text-anchor="end">{int(tick * 100)}%</text>')
+    parts = _frame(title, width, height, left, left + pw, py)
     for x in sorted(set(xs)):
         parts.append(f'<text x="{_f(px(x))}" y="{_f(top + ph + 16)}" font-size="11" text-anchor="middle">{x:g}</text>')
     parts.append(f'<text x="{_f(left + pw / 2)}" y="{_f(top + ph + 36)}" font-size="12" text-anchor="middle">mean image tokens per image</text>')
@@ -160,3 +147,16 @@ def tokens_curve(points: dict[str, list[tuple[float, float]]], ceilings: dict[st
 
 def _pct(v: float) -> str:
     return "-" if math.isnan(v) else f"{100 * v:.1f}%"
+
+
+def _frame(title: str, width: float, height: float, left: float, right: float, y: Callable[[float], float]) -> list[str]:
+    """The opening of a plot: the svg element, its title, and the 0-100% grid lines."""
+    parts = [
+        (f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" width="{_f(width)}" height="{_f(height)}" '
+         f'viewBox="0 0 {_f(width)} {_f(height)}" role="img" aria-label="{escape(title)}">'),
+        f'<text x="{_f(left)}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>',
+    ]
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<line x1="{_f(left)}" x2="{_f(right)}" y1="{_f(y(tick))}" y2="{_f(y(tick))}" stroke="#dddddd"/>')
+        parts.append(f'<text x="{_f(left - 6)}" y="{_f(y(tick) + 4)}" font-size="11" text-anchor="end">{int(tick * 100)}%</text>')
+    return parts
