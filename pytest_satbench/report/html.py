@@ -122,7 +122,7 @@ def gallery_html(entries: list[Entry], labels: dict[str, str]) -> str:
 def render(data: BenchmarkData, md: str, gallery: list[Entry]) -> str:
     inserts = {
         "Accuracy per question type and arm": accuracy_bars(
-            data.stats, f"{data.benchmark}: accuracy per type and arm (whiskers: 95% clustered-bootstrap interval)",
+            data.stats, f"{data.benchmark}: accuracy per type and arm (whiskers: 95% CI)",
             short_names(list(data.stats.arms)),
         ),
         "Regressed questions": gallery_html(gallery, short_names(list(data.stats.arms))),
