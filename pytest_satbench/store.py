@@ -317,15 +317,21 @@ class ResultStore:
             sql += " AND benchmark=?"
             args += (benchmark,)
         conn = self._conn()
-        for nodeid, bench, question, fps in conn.execute(sql + " ORDER BY rowid", args).fetchall():
-            rows: dict[str, AnswerRow] = {}
-            for arm, fp in json.loads(fps).items():
-                got = conn.execute(
-                    f"SELECT {', '.join(_COLUMNS)} FROM answers WHERE nodeid=? AND arm=? AND fingerprint=?",
-                    (nodeid, arm, fp),
-                ).fetchone()
-                if got:
-                    rows[arm] = _row(got)
+        items = conn.execute(sql + " ORDER BY rowid", args).fetchall()
+        # one query for every answer of the run (its arms' fingerprints unpacked with
+        # json_each), instead of a query per item and arm: seconds at 222k questions
+        answers: dict[str, dict[str, AnswerRow]] = {}
+        join = (
+            f"SELECT {', '.join('a.' + c for c in _COLUMNS)} FROM run_items r, json_each(r.fingerprints) j "
+            "JOIN answers a ON a.nodeid = r.nodeid AND a.arm = j.key AND a.fingerprint = j.value "
+            "WHERE r.run_id=?" + (" AND r.benchmark=?" if benchmark else "")
+        )
+        for got in conn.execute(join, args):
+            row = _row(got)
+            answers.setdefault(row.nodeid, {})[row.arm] = row
+        for nodeid, bench, question, fps in items:
+            found = answers.get(nodeid, {})
+            rows = {arm: found[arm] for arm in json.loads(fps) if arm in found}  # the run's arm order
             yield nodeid, bench, json.loads(question), rows
 
     # ------------------------------------------------------------------ image info
