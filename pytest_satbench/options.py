@@ -29,6 +29,7 @@ def add_options(parser: pytest.Parser) -> None:
     g.addoption("--nlatent", help="One-D-Piece token budgets per 256-px crop, e.g. 16,32,64 (one arm each)")
     g.addoption("--max-tiles", help="One-D-Piece: cap on 256-px crops per image (default 12)")
     g.addoption("--recon-device", help="One-D-Piece: torch device, e.g. cuda:0 or cpu")
+    g.addoption("--recon-gpu", help="the seed's spelling: --recon-gpu 7 is --recon-device cuda:7")
     g.addoption("--max-new", help="max_tokens per answer (default 1024)")
     g.addoption("--concurrency", help="requests in flight across all servers (default 64)")
     g.addoption("--cache-images", help="prepared images kept in memory (default 256)")
@@ -175,6 +176,11 @@ def _arms(config: pytest.Config) -> tuple[ArmSpec, ...]:
     nlatent = config.getoption("nlatent")
     max_tiles = config.getoption("max_tiles")
     device = config.getoption("recon_device")
+    gpu = config.getoption("recon_gpu")
+    if gpu is not None:
+        if device or not gpu.isdigit():
+            raise pytest.UsageError("--recon-gpu: pass a GPU index (e.g. 7), and not together with --recon-device")
+        device = f"cuda:{gpu}"
     if nlatent or max_tiles or device:
         try:
             raw = _expand_onedpiece(raw, nlatent, max_tiles, device)
