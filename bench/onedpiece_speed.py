@@ -23,9 +23,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_satbench.onedpiece.checkpoint import load_model
-from pytest_satbench.onedpiece.engine import Reconstructor
-from pytest_satbench.onedpiece.model import VARIANTS, OneDPiece, autocast, build
+from pytest_satbench.codecs.onedpiece.checkpoint import load_model
+from pytest_satbench.codecs.onedpiece.engine import Reconstructor
+from pytest_satbench.codecs.onedpiece.model import VARIANTS, OneDPiece, autocast, build
 
 
 def sync(device: torch.device) -> None:

@@ -4,9 +4,9 @@ Public surface: `benchmark_test` (declare a benchmark in a test module), `Questi
 `ImageRef` (what loaders yield), `Benchmark` and `register` (declare a benchmark).
 """
 
-from .collection import benchmark_test
-from .question import ImageRef, Question
-from .registry import Benchmark, register
+from pytest_satbench.core.question import ImageRef, Question
+from pytest_satbench.datasets.registry import Benchmark, register
+from pytest_satbench.plugin.items import benchmark_test
 
 __version__ = "0.1.0"
 __all__ = ["Benchmark", "ImageRef", "Question", "benchmark_test", "register", "__version__"]

@@ -1,6 +1,6 @@
 """Reconstruction arms: `--recon SPEC` parsing and the codecs behind it."""
 
-from .base import (
+from pytest_satbench.codecs.base import (
     ArmSpec,
     Codec,
     CodecFactory,

@@ -113,10 +113,10 @@ def register_codec(factory: CodecFactory) -> CodecFactory:
 
 
 def factories() -> dict[str, CodecFactory]:
-    from . import simple  # noqa: F401  (registers identity, jpeg, resize)
+    from pytest_satbench.codecs import simple  # noqa: F401  (registers identity, jpeg, resize)
 
     try:
-        from . import onedpiece  # noqa: F401  (registers onedpiece; imports torch lazily)
+        from pytest_satbench.codecs.onedpiece import codec as onedpiece  # noqa: F401  (registers onedpiece; imports torch lazily)
     except ImportError:
         pass
     return dict(_FACTORIES)

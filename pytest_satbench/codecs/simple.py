@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from PIL import Image
 
-from .base import (
+from pytest_satbench.codecs.base import (
     ArmSpec,
     Codec,
     CodecFactory,

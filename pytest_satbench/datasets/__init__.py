@@ -1,2 +1,2 @@
 """Benchmark declarations, one small module per family. Each module registers its
-benchmarks with `pytest_satbench.registry.register` on import."""
+benchmarks with `pytest_satbench.datasets.registry.register` on import."""

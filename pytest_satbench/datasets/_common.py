@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..registry import DatasetError
+from pytest_satbench.datasets.registry import DatasetError
 
 # A key is the parameter part of a pytest node id (`test_vrsbench[<key>]`) and is typed
 # after `-k`: no whitespace, brackets or `::`, which would break node ids or -k parsing.

@@ -1,7 +1,7 @@
 """The demo benchmark: generated aerial-like scenes in the RSVQA-LR on-disk format.
 
 It needs no download: `prepare` writes ~40 scenes and ~400 questions into the session's
-cache directory (`pytest_satbench.demo`), and they are read back by the real RSVQA loader,
+cache directory (`pytest_satbench.datasets.demo_data`), and they are read back by the real RSVQA loader,
 so the demo exercises the same code path as RSVQA-LR. The bundled reference server
 (`--servers builtin`) answers it from the pixels.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..demo import DEMO_VERSION, write_demo_dataset
-from ..question import Question
-from ..registry import Benchmark, LoadRequest, register
-from .rsvqa import load_rsvqa_split
+from pytest_satbench.core.question import Question
+from pytest_satbench.datasets.demo_data import DEMO_VERSION, write_demo_dataset
+from pytest_satbench.datasets.registry import Benchmark, LoadRequest, register
+from pytest_satbench.datasets.rsvqa import load_rsvqa_split
 
 
 def _load(req: LoadRequest) -> Iterator[Question]:

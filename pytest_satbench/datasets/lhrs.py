@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..question import ImageRef, Question
-from ..registry import (
+from pytest_satbench.core.question import ImageRef, Question
+from pytest_satbench.datasets._common import check_key, read_json
+from pytest_satbench.datasets.registry import (
     Benchmark,
     DatasetError,
     LoadRequest,
@@ -40,7 +41,6 @@ from ..registry import (
     sort_by_image,
     stratified_limit,
 )
-from ._common import check_key, read_json
 
 FOLDER = "LHRS_Bench"
 PARQUET_GLOB = "**/*.parquet"

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..question import ImageRef, Question
-from ..registry import (
+from pytest_satbench.core.question import ImageRef, Question
+from pytest_satbench.datasets.registry import (
     Benchmark,
     DatasetError,
     LoadRequest,

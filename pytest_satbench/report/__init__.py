@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..store import ResultStore
-from . import files, html, markdown
-from .build import BenchmarkData, collect
-from .gallery import MAX_GALLERY, build_gallery
+from pytest_satbench.engine.store import ResultStore
+from pytest_satbench.report import files, html, markdown
+from pytest_satbench.report.build import BenchmarkData, collect
+from pytest_satbench.report.gallery import MAX_GALLERY, build_gallery
 
 __all__ = ["report_dir", "write_reports"]
 

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.store.is_file():
         return _fail(f"no results store at {args.store}; run pytest with --servers first, or pass --store PATH")
-    from ..store import ResultStore
+    from pytest_satbench.engine.store import ResultStore
 
     try:
         store = ResultStore(args.store)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             run_id = str(runs[0]["run_id"])
         else:
             return _fail(f"no runs{' with tag ' + repr(args.tag) if args.tag else ''} in {args.store}; see --list")
-        from . import write_reports
+        from pytest_satbench.report import write_reports
 
         folders = write_reports(store, run_id, args.out, iterations=args.iterations)
         if not folders:

@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import prompts, registry
-from ..images import BLIND, ORIG, is_repeat
-from ..question import ImageRef, Question
-from ..scoring import Score, ScoreOptions, score
-from ..stats import (
+from pytest_satbench.core import prompts
+from pytest_satbench.core.question import ImageRef, Question
+from pytest_satbench.core.scoring import Score, ScoreOptions, score
+from pytest_satbench.core.stats import (
     ArmOutcome,
     BenchmarkStats,
     QuestionRecord,
@@ -28,7 +27,9 @@ from ..stats import (
     summarize,
     summarize_view,
 )
-from ..store import AnswerRow, ResultStore
+from pytest_satbench.datasets import registry
+from pytest_satbench.engine.images import BLIND, ORIG, is_repeat
+from pytest_satbench.engine.store import AnswerRow, ResultStore
 
 __all__ = ["BenchmarkData", "Item", "ServerUsage", "Usage", "collect", "redact"]
 
@@ -166,7 +167,7 @@ def _sent_size(q: Question, arms: list[str]) -> tuple[int, int] | None:
         return None
     for arm in arms:
         if arm.startswith("onedpiece:"):
-            from ..onedpiece.tiling import TileLayout
+            from pytest_satbench.codecs.onedpiece.tiling import TileLayout
 
             tiles = re.search(r"max_tiles=(\d+)", arm)
             return TileLayout.for_size(size, int(tiles.group(1)) if tiles else 12).canvas_size
@@ -177,7 +178,9 @@ def _benchmark(
     bench: str, run_id: str, tag: str, protocol: dict[str, Any],
     raw: list[tuple[str, dict[str, Any], dict[str, AnswerRow]]], iterations: int, seed: int,
 ) -> BenchmarkData:
-    from ..question import chance  # the plugin's definition of the random baseline
+    from pytest_satbench.core.question import (
+        chance,  # the plugin's definition of the random baseline
+    )
 
     reported = _reported_type(bench)
     opts = score_options(protocol)

@@ -13,9 +13,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from .build import BenchmarkData, redact
-from .gallery import Entry
+from pytest_satbench import __version__
+from pytest_satbench.report.build import BenchmarkData, redact
+from pytest_satbench.report.gallery import Entry
 
 ACC_FIELDS = ("n", "correct", "accuracy", "ci_low", "ci_high", "errors", "truncated", "unparseable", "parsed", "coverage", "missing")
 PAIR_FIELDS = ("n_pairs", "delta", "ci_low", "ci_high", "regressed", "improved", "mcnemar_p", "n_errors", "delta_both_ok")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from PIL import Image
 
-from ..images import ORIG, ImagePipeline
-from .build import BenchmarkData, Item
+from pytest_satbench.engine.images import ORIG, ImagePipeline
+from pytest_satbench.report.build import BenchmarkData, Item
 
 MAX_GALLERY = 24
 THUMB = 320  # longest side, pixels
@@ -77,7 +77,7 @@ class _Recon:
         if arm not in self._pipes:
             pipe = None
             if arm.split(":", 1)[0] in _CHEAP:
-                from ..codecs.base import build_codecs, normalise_spec
+                from pytest_satbench.codecs.base import build_codecs, normalise_spec
 
                 pipe = ImagePipeline(build_codecs([normalise_spec(arm)]), workers=1)
             self._pipes[arm] = pipe

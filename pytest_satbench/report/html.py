@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from html import escape
 
-from .build import BenchmarkData, token_curve
-from .gallery import Entry
-from .markdown import short_names
-from .plots import accuracy_bars, tokens_curve
+from pytest_satbench.report.build import BenchmarkData, token_curve
+from pytest_satbench.report.gallery import Entry
+from pytest_satbench.report.markdown import short_names
+from pytest_satbench.report.plots import accuracy_bars, tokens_curve
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1150px;color:#1b1b1b;line-height:1.4}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..summary import render_benchmark
-from .build import BenchmarkData, token_curve
-from .files import aggregate_views
-from .gallery import Entry
+from pytest_satbench.plugin.terminal import render_benchmark
+from pytest_satbench.report.build import BenchmarkData, token_curve
+from pytest_satbench.report.files import aggregate_views
+from pytest_satbench.report.gallery import Entry
 
 __all__ = ["render", "short_names"]
 

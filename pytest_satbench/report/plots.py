@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from html import escape
 
-from ..stats import BenchmarkStats
+from pytest_satbench.core.stats import BenchmarkStats
 
 # orig, then reconstructions, then blind; chosen to stay distinguishable when printed grey.
 PALETTE = ("#1f5fbf", "#e07b00", "#2a9d4a", "#c2185b", "#7b4fc9", "#00838f", "#8d6e00", "#5d4037")

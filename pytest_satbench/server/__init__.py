@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from types import TracebackType
 
-from .app import bound_address, make_server
+from pytest_satbench.server.app import bound_address, make_server
 
 __all__ = ["RunningServer", "start_server"]
 

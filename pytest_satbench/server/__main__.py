@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import DEFAULT_MODEL
-from .app import bound_address, make_server
+from pytest_satbench.server import DEFAULT_MODEL
+from pytest_satbench.server.app import bound_address, make_server
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from .vision import SceneReading
+from pytest_satbench.server.vision import SceneReading
 
 WHOLE_IMAGE_BOX = "[0, 0, 1000, 1000]"
 

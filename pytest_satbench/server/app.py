@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from .answering import answer
-from .vision import SceneReading, read_scene
+from pytest_satbench.server.answering import answer
+from pytest_satbench.server.vision import SceneReading, read_scene
 
 _MAX_BODY = 64 * 1024 * 1024
 _PATCH = 28  # pixels per image token side in the usage estimate (a Qwen2-VL-like patching)

@@ -1,7 +1,7 @@
 """Stand-in for the seed's `satlink.eval.bench_score`, for bench/throughput.py.
 
 The seed imports `final_answer`, `pick` and `iou_ok`. They are the plugin's own scorers
-(`pytest_satbench.scoring`), so both clients of the benchmark spend the same CPU on
+(`pytest_satbench.core.scoring`), so both clients of the benchmark spend the same CPU on
 scoring an answer.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_satbench.scoring import final_answer, iou, parse_box, pick
+from pytest_satbench.core.scoring import final_answer, iou, parse_box, pick
 
 __all__ = ["final_answer", "iou_ok", "pick"]
 

@@ -1,0 +1,247 @@
+"""`--recon onedpiece:...`: One-D-Piece reconstruction at one or more token budgets.
+
+    onedpiece:ckpt=PATH[,variant=S|B|L][,nlatent=48][,max_tiles=12][,dtype=fp32|bf16]
+              [,device=cuda:0][,batch=16]
+
+An image is tiled InternVL-style into at most `max_tiles` crops, each crop keeps the first
+`nlatent` of its 256 tokens, and the decoded crops are stitched onto the grid canvas (the
+image's size rounded to whole crops, as in the seed). Arms that differ only in `nlatent`
+become one codec that encodes every crop once and decodes it once per budget.
+
+The canonical spec holds what changes the pixels: ckpt (absolute path), dtype, max_tiles,
+nlatent, variant; the checkpoint's sha256 enters through `Codec.identity()`. `device` and
+`batch` only decide where and how fast, so they stay out of it: results from a GPU run and
+a CPU run share store rows and disk-cache entries.
+
+This module must import without torch (it is imported by `codecs.base.factories()`); torch
+is imported when a spec is normalised (to read the checkpoint's shapes) or built.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PIL import Image
+
+from pytest_satbench.codecs.base import (
+    ArmSpec,
+    Codec,
+    CodecFactory,
+    SpecError,
+    expect_int,
+    register_codec,
+    reject_unknown,
+)
+from pytest_satbench.codecs.onedpiece.tiling import TileLayout
+
+if TYPE_CHECKING:
+    from pytest_satbench.codecs.onedpiece.checkpoint import LoadedCheckpoint
+    from pytest_satbench.codecs.onedpiece.engine import Reconstructor
+
+ENV_CKPT = "SATBENCH_ONEDPIECE_CKPT"
+_KEYS = {"ckpt", "variant", "nlatent", "max_tiles", "dtype", "device", "batch"}
+_DEVICE_RX = re.compile(r"^(cpu|cuda(:\d+)?|mps|xpu(:\d+)?)$")
+
+
+@dataclass(frozen=True, slots=True)
+class _Runtime:
+    """Where and how a group of arms runs; deliberately not part of the canonical spec."""
+
+    device: str | None = None
+    batch: int | None = None
+
+
+# Recorded by `normalise` (which sees device=/batch=) for `build` (which only sees the
+# canonical spec). Keyed by the spec without nlatent, i.e. by codec group.
+_runtime: dict[tuple[tuple[str, str], ...], _Runtime] = {}
+_runtime_lock = threading.Lock()
+
+
+def _group_key(spec: ArmSpec) -> tuple[tuple[str, str], ...]:
+    return tuple((k, v) for k, v in spec.params if k != "nlatent")
+
+
+def _need_torch(text: str) -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SpecError(
+            f"--recon {text}: One-D-Piece needs torch; pip install 'pytest-satbench[onedpiece]'"
+        ) from None
+
+
+def normalise(params: dict[str, str]) -> ArmSpec:
+    text = "onedpiece:" + ",".join(f"{k}={v}" for k, v in params.items())
+    reject_unknown("onedpiece", params, _KEYS)
+    ckpt = params.get("ckpt") or os.environ.get(ENV_CKPT)
+    if not ckpt:
+        raise SpecError(
+            f"--recon {text}: ckpt=PATH is required (the One-D-Piece pytorch_model.bin), "
+            f"or set {ENV_CKPT}"
+        )
+    variant = params.get("variant")
+    if variant is not None and variant not in ("S", "B", "L", "custom"):
+        raise SpecError(f"--recon {text}: variant={variant!r} must be S, B or L (or omitted to infer it)")
+    nlatent = expect_int("onedpiece", "nlatent", params.get("nlatent", "48"), 1, 256)
+    max_tiles = expect_int("onedpiece", "max_tiles", params.get("max_tiles", "12"), 1, 64)
+    dtype = params.get("dtype", "fp32")
+    if dtype not in ("fp32", "bf16"):
+        raise SpecError(f"--recon {text}: dtype={dtype!r} must be fp32 or bf16")
+    device = params.get("device")
+    if device is not None and not _DEVICE_RX.match(device):
+        raise SpecError(f"--recon {text}: device={device!r} is not a torch device like cpu or cuda:0")
+    batch = expect_int("onedpiece", "batch", params["batch"], 1, 4096) if "batch" in params else None
+
+    _need_torch(text)
+    from pytest_satbench.codecs.onedpiece.checkpoint import CheckpointError
+
+    path = Path(ckpt).expanduser().resolve()
+    try:
+        info = _describe(path, None if variant == "custom" else variant)
+    except CheckpointError as exc:
+        raise SpecError(f"--recon onedpiece: {exc}") from None
+    if nlatent > info.config.num_latent_tokens:
+        raise SpecError(
+            f"--recon {text}: nlatent={nlatent} but {path} has {info.config.num_latent_tokens} tokens per crop"
+        )
+    if device is not None and device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SpecError(f"--recon {text}: device={device} but torch sees no CUDA device; pass device=cpu")
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise SpecError(
+                f"--recon {text}: device={device} but torch sees {torch.cuda.device_count()} CUDA device(s)"
+            )
+    spec = ArmSpec(
+        "onedpiece",
+        (
+            ("ckpt", str(path)),
+            ("dtype", dtype),
+            ("max_tiles", str(max_tiles)),
+            ("nlatent", str(nlatent)),
+            ("variant", info.variant),
+        ),
+    )
+    with _runtime_lock:
+        _runtime[_group_key(spec)] = _Runtime(device, batch)
+    return spec
+
+
+_describe_memo: dict[tuple[str, int, int, str | None], LoadedCheckpoint] = {}
+
+
+def _describe(path: Path, variant: str | None) -> LoadedCheckpoint:
+    """Checkpoint shapes, read once per (file version, variant) in this process."""
+    from pytest_satbench.codecs.onedpiece.checkpoint import describe
+
+    try:
+        st = path.stat()
+    except OSError:
+        return describe(path, variant)  # raises the one-line missing-file error
+    key = (str(path), st.st_size, st.st_mtime_ns, variant)
+    if key not in _describe_memo:
+        _describe_memo[key] = describe(path, variant)
+    return _describe_memo[key]
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+class OneDPieceCodec(Codec):
+    """Arms that share checkpoint, dtype and tiling and differ only in the token budget."""
+
+    disk_cacheable = True
+
+    def __init__(
+        self,
+        arms: Sequence[ArmSpec],
+        *,
+        device: str | None = None,
+        batch: int | None = None,
+    ) -> None:
+        from pytest_satbench.codecs.onedpiece.checkpoint import load_model
+        from pytest_satbench.codecs.onedpiece.engine import Reconstructor
+
+        if not arms or len({_group_key(a) for a in arms}) != 1:
+            raise ValueError("OneDPieceCodec: arms must differ only in nlatent")
+        first = arms[0]
+        self.arms = tuple(arms)
+        self.ckpt = Path(first.param("ckpt") or "")
+        self.max_tiles = int(first.param("max_tiles") or 12)
+        self.dtype = first.param("dtype") or "fp32"
+        self.budgets = tuple(int(a.param("nlatent") or 48) for a in arms)
+        variant = first.param("variant")
+        model, self.info = load_model(self.ckpt, None if variant == "custom" else variant)
+        self.tile = self.info.config.image_size
+        self.device = device or default_device()
+        if batch is None:
+            batch = 16 if self.device.startswith("cuda") else 4
+        self.engine: Reconstructor = Reconstructor(
+            model, self.budgets, device=self.device, dtype=self.dtype, batch=batch
+        )
+        self._identity: str | None = None
+
+    def identity(self) -> str:
+        if self._identity is None:
+            from pytest_satbench.codecs.onedpiece.checkpoint import (
+                IMPLEMENTATION_VERSION,
+                file_sha256,
+            )
+
+            self._identity = f"ckpt-sha256={file_sha256(self.ckpt)};impl={IMPLEMENTATION_VERSION}"
+        return self._identity
+
+    def layout(self, size: tuple[int, int]) -> TileLayout:
+        return TileLayout.for_size(size, self.max_tiles, self.tile)
+
+    def output_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        """Reconstructions come back on the grid canvas (cols*256 x rows*256), as in the seed;
+        the original arm is sent at the same geometry, so only the tokens differ."""
+        return self.layout(size).canvas_size
+
+    def tokens_for(self, size: tuple[int, int]) -> dict[str, int]:
+        """Tokens one image of this (width, height) costs per arm: nlatent x crops."""
+        crops = self.layout(size).count
+        return {a.canonical: k * crops for a, k in zip(self.arms, self.budgets)}
+
+    def reconstruct(self, image: Image.Image) -> list[Image.Image]:
+        layout = self.layout(image.size)
+        out = self.engine.submit(layout.crops(image)).result()
+        return [layout.stitch(out[i]) for i in range(len(self.arms))]
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def build(specs: Sequence[ArmSpec]) -> list[Codec]:
+    groups: dict[tuple[tuple[str, str], ...], list[ArmSpec]] = {}
+    for spec in specs:
+        groups.setdefault(_group_key(spec), []).append(spec)
+    codecs: list[Codec] = []
+    for key, arms in groups.items():
+        with _runtime_lock:
+            rt = _runtime.get(key, _Runtime())
+        codecs.append(OneDPieceCodec(arms, device=rt.device, batch=rt.batch))
+    return codecs
+
+
+register_codec(
+    CodecFactory(
+        "onedpiece",
+        normalise,
+        build,
+        "onedpiece:ckpt=PATH[,variant=S|B|L][,nlatent=48][,max_tiles=12][,dtype=fp32|bf16]"
+        "[,device=cuda:0][,batch=N]: One-D-Piece, first nlatent of 256 tokens per 256-px crop",
+    )
+)

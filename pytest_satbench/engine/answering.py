@@ -1,0 +1,278 @@
+"""Answering one question in every arm: image, requests, scoring, storing.
+
+`QuestionRunner.submit` returns a future that completes when every arm has an answer or
+an error. It never blocks on the network itself: the image is prepared on the image
+pipeline's threads, each arm's request runs on the request threads, and each answer is
+scored and committed to the store the moment it arrives, so a killed run keeps it.
+A stored answer is reused when its fingerprint matches; wrong answers are never retried.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from pytest_satbench.core.question import Question
+from pytest_satbench.core.scoring import Score, ScoreOptions, score
+from pytest_satbench.engine.client import Answer, RequestFailed, ServerPool
+from pytest_satbench.engine.fingerprint import AskSettings, arm_fingerprint
+from pytest_satbench.engine.images import (
+    BLIND,
+    REPEAT,
+    ImageError,
+    ImagePipeline,
+    PreparedImage,
+    image_arm,
+)
+from pytest_satbench.engine.store import AnswerRow, ResultStore
+
+
+@dataclass(slots=True)
+class ArmResult:
+    arm: str
+    status: str  # "ok" | "error"
+    text: str | None = None
+    score: Score | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    from_store: bool = False
+    latency_s: float | None = None
+    image_tokens: int | None = None
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "ok" and self.score is not None and self.score.correct
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass(slots=True)
+class ItemResult:
+    question: Question
+    arms: dict[str, ArmResult] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)  # store key per arm
+    prompt: str = ""
+
+    @property
+    def errors(self) -> list[ArmResult]:
+        return [a for a in self.arms.values() if a.status != "ok"]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A question as the runner needs it: the node id is the store key."""
+
+    nodeid: str
+    question: Question
+    prompt: str
+    repeats: int = 0  # ask the original this many times in all (--repeat-orig), 0: once
+
+
+class QuestionRunner:
+    def __init__(
+        self,
+        *,
+        pool: ServerPool,
+        images: ImagePipeline,
+        store: ResultStore,
+        settings: AskSettings,
+        score_options: Callable[[Question, tuple[int, int] | None], ScoreOptions],
+        blind: bool = False,
+        fresh: bool = False,
+        concurrency: int = 64,
+    ) -> None:
+        self.pool = pool
+        self.images = images
+        self.store = store
+        self.settings = settings
+        self._settings_digest = settings.digest()
+        self.score_options = score_options
+        self.arms: list[str] = list(images.arms) + ([BLIND] if blind else [])
+        self.fresh = fresh
+        self._requests = DaemonWorkers(max(1, concurrency), "satbench-ask")
+        self._lock = threading.Lock()
+        self.requests_sent = 0
+
+    # ------------------------------------------------------------------ planning
+    def arms_for(self, job: Job) -> list[str]:
+        return self.arms + [f"{REPEAT}{i}" for i in range(2, job.repeats + 1)]
+
+    def fingerprints(self, job: Job) -> tuple[dict[str, str], tuple[int, int] | None]:
+        """Fingerprint per arm, and the geometry the image is sent at."""
+        info = self.images.info(job.question.image)
+        size = self.images.target_size(info)
+        fps = {}
+        for arm in self.arms_for(job):
+            blind = arm == BLIND
+            fps[arm] = arm_fingerprint(
+                self._settings_digest,
+                arm=arm,
+                codec_identity=self.images.codec_identity(arm),
+                prompt=job.prompt,
+                image_sha256=None if blind else info.sha256,
+                size=None if blind else size,
+            )
+        return fps, size
+
+    def submit(self, job: Job) -> Future[ItemResult]:
+        done: Future[ItemResult] = Future()
+        result = ItemResult(job.question, prompt=job.prompt)
+        try:
+            fps, size = self.fingerprints(job)
+            result.fingerprints = fps
+        except ImageError as exc:
+            for arm in self.arms_for(job):
+                result.arms[arm] = ArmResult(arm, "error", error=str(exc))
+            done.set_result(result)
+            return done
+
+        stored = {} if self.fresh else self.store.get_many(job.nodeid, list(fps.items()))
+        for arm, row in stored.items():
+            result.arms[arm] = self._from_row(job, row, size)
+        arms = self.arms_for(job)
+        missing = [a for a in arms if a not in stored]
+        if not missing:
+            done.set_result(result)
+            return done
+
+        pending = [len(missing)]
+
+        def finish_one(arm_result: ArmResult) -> None:
+            with self._lock:
+                result.arms[arm_result.arm] = arm_result
+                pending[0] -= 1
+                last = pending[0] == 0
+            if last:
+                result.arms = {a: result.arms[a] for a in arms}
+                done.set_result(result)
+
+        def ask(arm: str, prepared: PreparedImage | None) -> None:
+            try:
+                finish_one(self._ask(job, arm, fps[arm], prepared, size))
+            except BaseException as exc:  # never leave an item waiting forever
+                finish_one(ArmResult(arm, "error", error=f"{type(exc).__name__}: {exc}"))
+
+        image_arms = [a for a in missing if a != BLIND]
+        if BLIND in missing:
+            self._requests.submit(ask, BLIND, None)
+        if image_arms:
+            image_future = self.images.get(job.question.image)
+
+            def on_image(f: Future[PreparedImage]) -> None:
+                exc = f.exception()
+                for arm in image_arms:
+                    if exc is not None:
+                        err = str(exc) if isinstance(exc, ImageError) else f"{type(exc).__name__}: {exc}"
+                        row = self._error_row(job, arm, fps[arm], err)
+                        self.store.put(row)
+                        finish_one(ArmResult(arm, "error", error=err))
+                    else:
+                        self._requests.submit(ask, arm, f.result())
+
+            image_future.add_done_callback(on_image)
+        return done
+
+    # ------------------------------------------------------------------ one request
+    def _ask(self, job: Job, arm: str, fp: str, prepared: PreparedImage | None, size: tuple[int, int] | None) -> ArmResult:
+        arm_image = prepared.arms[image_arm(arm)] if prepared is not None else None
+        with self._lock:
+            self.requests_sent += 1
+        try:
+            answer: Answer = self.pool.ask(
+                model=self.settings.model,
+                prompt=job.prompt,
+                image_jpeg=None,
+                image_b64=arm_image.b64 if arm_image else None,
+                max_tokens=self.settings.max_tokens,
+                temperature=self.settings.temperature,
+            )
+        except RequestFailed as exc:
+            self.store.put(self._error_row(job, arm, fp, str(exc)))
+            return ArmResult(arm, "error", error=str(exc))
+        sc = score(job.question, answer.text, self.score_options(job.question, size))
+        self.store.put(
+            AnswerRow(
+                nodeid=job.nodeid,
+                arm=arm,
+                fingerprint=fp,
+                status="ok",
+                benchmark=job.question.benchmark,
+                question_key=job.question.key,
+                image_id=job.question.image.id,
+                text=answer.text,
+                extracted=sc.extracted,
+                correct=sc.correct,
+                parsed=sc.parsed,
+                finish_reason=answer.finish_reason,
+                latency_s=answer.latency_s,
+                prompt_tokens=answer.prompt_tokens,
+                completion_tokens=answer.completion_tokens,
+                cost=answer.cost,
+                model=answer.model,
+                server=answer.server,
+                attempts=answer.attempts,
+                image_sha256=arm_image.sha256 if arm_image else None,
+                image_tokens=arm_image.tokens if arm_image else None,
+            )
+        )
+        return ArmResult(
+            arm, "ok", text=answer.text, score=sc, finish_reason=answer.finish_reason,
+            latency_s=answer.latency_s, image_tokens=arm_image.tokens if arm_image else None,
+        )
+
+    def _from_row(self, job: Job, row: AnswerRow, size: tuple[int, int] | None) -> ArmResult:
+        # Re-score the stored raw answer: a scorer fix then applies to stored answers too.
+        sc = score(job.question, row.text or "", self.score_options(job.question, size))
+        return ArmResult(
+            row.arm, "ok", text=row.text, score=sc, finish_reason=row.finish_reason,
+            from_store=True, latency_s=row.latency_s, image_tokens=row.image_tokens,
+        )
+
+    def _error_row(self, job: Job, arm: str, fp: str, error: str) -> AnswerRow:
+        return AnswerRow(
+            nodeid=job.nodeid, arm=arm, fingerprint=fp, status="error",
+            benchmark=job.question.benchmark, question_key=job.question.key,
+            image_id=job.question.image.id, error=error,
+        )
+
+    def close(self) -> None:
+        self._requests.shutdown()
+
+
+class DaemonWorkers:
+    """Threads that run submitted calls, and never hold up the interpreter's exit.
+
+    A ThreadPoolExecutor's threads are joined at exit, so after `-x` or Ctrl-C a request
+    still waiting on a slow server (up to --request-timeout) would keep pytest from exiting.
+    Nothing is lost by abandoning it: its answer was not stored, so a rerun asks it again.
+    """
+
+    def __init__(self, n: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(n)]
+        self._closed = False
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[..., None], *args: object) -> None:
+        if not self._closed:
+            self._queue.put((fn, args))
+
+    def _work(self) -> None:
+        while True:
+            task = self._queue.get()
+            if task is None or self._closed:
+                return
+            fn, args = task
+            fn(*args)
+
+    def shutdown(self) -> None:
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+

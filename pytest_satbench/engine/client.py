@@ -1,0 +1,602 @@
+"""Client for a pool of OpenAI-compatible chat-completion servers (vLLM, OpenRouter, ...).
+
+One `ServerPool` per process. It owns a keep-alive connection pool per server, spreads requests
+over the servers by load, caps the requests in flight, retries transient failures, and keeps
+per-server usage accounting. It knows nothing about questions or scoring: a wrong answer is an
+answer, and is never retried.
+"""
+
+from __future__ import annotations
+
+import base64
+import email.utils
+import json
+import math
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pytest_satbench.engine.transport import Connections, Response, TransportError
+
+__all__ = [
+    "RETRY_AFTER_MAX_S",
+    "Answer",
+    "ModelMismatch",
+    "RequestFailed",
+    "ServerPool",
+    "ServerUnavailable",
+    "ServerUsage",
+]
+
+# A Retry-After beyond this is treated as this. Rate limiters sometimes answer with the length
+# of a whole quota window (an hour); honouring that literally would look like a hung run, and
+# a retry that is refused again simply waits again.
+RETRY_AFTER_MAX_S = 120.0
+# Health checks are a GET of a tiny list; a server that cannot answer it in this time is not
+# ready, whatever --request-timeout says.
+HEALTH_TIMEOUT_S = 60.0
+_SNIPPET = 200  # characters of a server's error message quoted in our one-line errors
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    text: str  # choices[0].message.content ("" if null)
+    finish_reason: str | None
+    model: str  # model id in the response body (fallback: requested model)
+    server: str  # base URL that answered
+    latency_s: float  # of the successful attempt
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cost: float | None  # usage.cost when the server reports it (OpenRouter)
+    attempts: int
+
+
+class RequestFailed(Exception):
+    """A chat request that did not produce an answer. str() is one line.
+
+    `transient` is True when the request gave up on failures that might pass (server down,
+    overloaded, timeouts); False when the server refused the request itself (4xx), which the
+    same request will hit again.
+    """
+
+    def __init__(self, message: str, *, server: str, attempts: int, status: int | None,
+                 transient: bool) -> None:
+        super().__init__(message)
+        self.server = server
+        self.attempts = attempts
+        self.status = status
+        self.transient = transient
+
+
+class ServerUnavailable(Exception):
+    """A server failed its health check. str() is one line naming the server."""
+
+
+class ModelMismatch(Exception):
+    """The servers do not serve one common model, or not the one asked for. One line."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerUsage:
+    """Snapshot of one server's accounting. Plain data: safe to pickle or send to a controller."""
+
+    server: str
+    requests: int  # HTTP attempts sent to this server
+    answered: int  # attempts that returned a usable chat completion
+    failures: int  # attempts that failed, transient or not
+    retries: int  # attempts that were a retry of an earlier failed attempt (any server)
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float | None  # sum of usage.cost; None when this server never reported a cost
+    cost_reported: int  # answers that carried usage.cost
+    models: Counter[str] = field(default_factory=Counter)  # model ids in answer bodies
+    latencies_s: tuple[float, ...] = field(default=(), repr=False)  # of answered attempts
+
+    @property
+    def latency_mean_s(self) -> float | None:
+        return sum(self.latencies_s) / len(self.latencies_s) if self.latencies_s else None
+
+    @property
+    def latency_p50_s(self) -> float | None:
+        return _percentile(self.latencies_s, 50.0)
+
+    @property
+    def latency_p95_s(self) -> float | None:
+        return _percentile(self.latencies_s, 95.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Builtins only, latencies summarised (for reports and xdist transport)."""
+        return {
+            "server": self.server, "requests": self.requests, "answered": self.answered,
+            "failures": self.failures, "retries": self.retries,
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+            "cost": self.cost, "cost_reported": self.cost_reported,
+            "models": dict(self.models),
+            "latency_mean_s": self.latency_mean_s, "latency_p50_s": self.latency_p50_s,
+            "latency_p95_s": self.latency_p95_s,
+        }
+
+    @staticmethod
+    def combine(parts: Iterable[ServerUsage]) -> ServerUsage:
+        """Merge snapshots of the same server (e.g. one per xdist worker)."""
+        parts = list(parts)
+        if not parts:
+            raise ValueError("ServerUsage.combine needs at least one snapshot")
+        costs = [p.cost for p in parts if p.cost is not None]
+        models: Counter[str] = Counter()
+        for p in parts:
+            models.update(p.models)
+        return ServerUsage(
+            server=parts[0].server,
+            requests=sum(p.requests for p in parts), answered=sum(p.answered for p in parts),
+            failures=sum(p.failures for p in parts), retries=sum(p.retries for p in parts),
+            prompt_tokens=sum(p.prompt_tokens for p in parts),
+            completion_tokens=sum(p.completion_tokens for p in parts),
+            cost=sum(costs) if costs else None,
+            cost_reported=sum(p.cost_reported for p in parts),
+            models=models,
+            latencies_s=tuple(x for p in parts for x in p.latencies_s),
+        )
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default method)."""
+    if not values:
+        return None
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _normalise_url(url: str) -> str:
+    """Base URL without a trailing slash or /v1: OpenAI SDK users habitually write .../v1."""
+    u = url.strip().rstrip("/").removesuffix("/v1")
+    parts = urlsplit(u)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"server URL {_display(url)!r} is not an http(s) base URL; "
+                         "write it like http://127.0.0.1:8000")
+    return u
+
+
+def _display(url: str) -> str:
+    """The URL without user:password@, for messages."""
+    try:
+        p = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if p.username is None and p.password is None:
+        return url
+    host = p.hostname or ""
+    netloc = f"{host}:{p.port}" if p.port else host
+    return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
+
+
+def _one_line(text: str, limit: int = _SNIPPET) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _error_snippet(resp: Response) -> str:
+    """The server's own error message, from the usual JSON shapes or the raw body."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    msg: Any = None
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            msg = err.get("message")
+        elif isinstance(err, str):
+            msg = err
+        msg = msg or body.get("message") or body.get("detail")
+    if not msg:
+        msg = resp.text
+    return _one_line(msg) if msg else "(empty body)"
+
+
+def _retry_after(resp: Response) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP-date), capped."""
+    raw = resp.headers.get("Retry-After")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    try:
+        secs = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
+            return None
+        secs = when.timestamp() - time.time()
+    if not math.isfinite(secs):
+        return None
+    return min(max(secs, 0.0), RETRY_AFTER_MAX_S)
+
+
+@dataclass(eq=False, slots=True)
+class _Server:
+    url: str  # for connecting only: it may carry user:password@
+    name: str  # the URL as shown everywhere (answers, usage, errors)
+    conns: Connections
+    in_flight: int = 0
+    not_before: float = 0.0  # monotonic time before which no attempt goes here
+    consecutive_failures: int = 0  # connection-level, drives the cool-down
+    models: list[str] | None = None
+    # accounting
+    requests: int = 0
+    answered: int = 0
+    failures: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = None
+    cost_reported: int = 0
+    model_counts: Counter[str] = field(default_factory=Counter)
+    latencies: list[float] = field(default_factory=list)
+
+
+class _Attempt(Exception):
+    """One failed attempt; internal. `transient` decides whether another try is worth it."""
+
+    def __init__(self, reason: str, *, transient: bool, status: int | None = None,
+                 retry_after: float | None = None, server_down: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.transient = transient
+        self.status = status
+        self.retry_after = retry_after
+        self.server_down = server_down
+
+
+class ServerPool:
+    """Thread-safe pool of OpenAI-compatible servers. See the module docstring."""
+
+    def __init__(self, urls: Sequence[str], *, timeout: float = 600.0, retries: int = 4,
+                 concurrency: int = 64, api_key: str | None = None,
+                 backoff_base: float = 0.5, backoff_max: float = 30.0,
+                 connect_timeout: float = 10.0) -> None:
+        if isinstance(urls, str):
+            urls = [u for u in urls.split(",") if u.strip()]
+        if not urls:
+            raise ValueError("no servers given; pass --servers http://HOST:PORT[,http://HOST:PORT...]")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        if timeout <= 0 or connect_timeout <= 0:
+            raise ValueError("timeouts must be > 0 seconds")
+        norm = [_normalise_url(u) for u in urls]
+        dup = [u for u, n in Counter(norm).items() if n > 1]
+        if dup:
+            raise ValueError(f"server {_display(dup[0])} is listed twice in --servers; list each once")
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.retries = int(retries)
+        self.concurrency = int(concurrency)
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self._api_key = api_key or None
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        # One keep-alive pool per server: connections are reused instead of opening one per
+        # request (the seed did). Nothing below retries on its own: we decide what is
+        # retried, and a POST must not be replayed behind our back.
+        self._servers = [
+            _Server(url=u, name=_display(u), conns=Connections(
+                u, connect_timeout=self.connect_timeout, read_timeout=self.timeout, headers=headers))
+            for u in norm
+        ]
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._rr = 0
+        self._closed = False
+
+    # ------------------------------------------------------------------ setup
+    def __repr__(self) -> str:
+        urls = ", ".join(s.name for s in self._servers)
+        key = ", api_key=<set>" if self._api_key else ""
+        return f"ServerPool([{urls}], concurrency={self.concurrency}, retries={self.retries}{key})"
+
+    def __enter__(self) -> ServerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def urls(self) -> list[str]:
+        """The servers as named in answers, usage and errors (no credentials)."""
+        return [s.name for s in self._servers]
+
+    def _scrub(self, text: str) -> str:
+        """Last line of defence: servers do echo credentials in error bodies."""
+        if self._api_key:
+            text = text.replace(self._api_key, "<api-key>")
+        return text
+
+    # ------------------------------------------------------------------ health and model
+    def health_check(self) -> dict[str, list[str]]:
+        """GET {url}/v1/models on every server -> {url: model ids}. Raises ServerUnavailable."""
+        problems: list[str] = []
+        result: dict[str, list[str]] = {}
+        for srv in self._servers:
+            try:
+                ids = self._list_models(srv)
+            except _Attempt as e:
+                problems.append(f"{srv.name} ({e.reason})")
+                continue
+            srv.models = ids
+            result[srv.name] = ids
+        if problems:
+            what = "server fails" if len(problems) == 1 else "servers fail"
+            raise ServerUnavailable(self._scrub(
+                f"{what} the health check GET /v1/models: {'; '.join(problems)}; "
+                "start the server(s) or fix --servers (and the API key for 401/403)"))
+        return result
+
+    def _list_models(self, srv: _Server) -> list[str]:
+        try:
+            r = srv.conns.request("GET", "/v1/models", timeout=min(self.timeout, HEALTH_TIMEOUT_S))
+        except TransportError as e:
+            if e.kind in ("timeout", "connect-timeout"):
+                raise _Attempt("timed out", transient=True) from None
+            raise _Attempt(_one_line(str(e)), transient=True) from None
+        if r.status != 200:
+            raise _Attempt(f"HTTP {r.status}: {_error_snippet(r)}", transient=False,
+                           status=r.status)
+        try:
+            data = r.json()["data"]
+            ids = [str(m["id"]) for m in data]
+        except (ValueError, KeyError, TypeError):
+            raise _Attempt(f"answered HTTP 200 but not an OpenAI model list: {_error_snippet(r)}",
+                           transient=False) from None
+        if not ids:
+            raise _Attempt("serves no model (empty /v1/models list)", transient=False)
+        return ids
+
+    def resolve_model(self, requested: str | None) -> str:
+        """The model to ask for. None: the one model every server lists; given: every server
+        must list it. Runs the health check first if it has not run."""
+        if any(s.models is None for s in self._servers):
+            self.health_check()
+        listed = {s.name: list(s.models or []) for s in self._servers}
+
+        def show(ids: list[str]) -> str:
+            more = f", ... ({len(ids)} in all)" if len(ids) > 5 else ""
+            return ", ".join(ids[:5]) + more
+
+        if requested is not None:
+            missing = [u for u, ids in listed.items() if requested not in ids]
+            if missing:
+                u = missing[0]
+                raise ModelMismatch(
+                    f"model {requested!r} is not served by {u} (it lists: {show(listed[u])}); "
+                    "pass a --model every server lists, or drop that server from --servers")
+            return requested
+        for u, ids in listed.items():
+            if len(ids) > 1:
+                raise ModelMismatch(
+                    f"{u} serves {len(ids)} models ({show(ids)}); pass --model to pick one")
+        distinct = {ids[0] for ids in listed.values()}
+        if len(distinct) > 1:
+            each = "; ".join(f"{u} serves {ids[0]!r}" for u, ids in listed.items())
+            raise ModelMismatch(f"servers disagree on the model ({each}); point --servers at servers "
+                                "of one model, or pass --model if they share one")
+        return distinct.pop()
+
+    # ------------------------------------------------------------------ asking
+    def ask(self, *, model: str, prompt: str, image_jpeg: bytes | None, max_tokens: int,
+            temperature: float = 0.0, image_b64: bytes | None = None) -> Answer:
+        """One chat completion, retried on transient failures. Blocking and thread-safe;
+        blocks while `concurrency` requests are already in flight. image_jpeg=None asks the
+        question without an image (the blind control)."""
+        if self._closed:
+            raise RuntimeError("ServerPool is closed")
+        if image_b64 is None and image_jpeg is not None:
+            image_b64 = base64.b64encode(image_jpeg)
+        payload = chat_payload(model, prompt, image_b64, max_tokens, temperature)
+
+        tries = 1 + self.retries
+        last_failed: _Server | None = None
+        failure: _Attempt | None = None
+        srv: _Server | None = None
+        tried: list[str] = []
+        for attempt in range(1, tries + 1):
+            if attempt > 1:
+                # Full jitter: retries from many threads that failed together spread out
+                # instead of hitting the server again in lockstep.
+                cap = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 2))
+                time.sleep(random.uniform(0.0, cap))
+            with self._slots:
+                srv = self._acquire(avoid=last_failed)
+                if srv.name not in tried:
+                    tried.append(srv.name)
+                try:
+                    answer = self._attempt(srv, payload, model, attempt)
+                except _Attempt as e:
+                    failure = e
+                    self._record_failure(srv, e)
+                    if not e.transient:
+                        break
+                    last_failed = srv
+                    continue
+                finally:
+                    with self._lock:
+                        srv.in_flight -= 1
+            return answer
+        assert failure is not None and srv is not None
+        if failure.transient:
+            advice = ("the server is down, overloaded or too slow; check it, or raise "
+                      "--retries / --request-timeout")
+        elif failure.status in (401, 403):
+            advice = "check the API key (OPENAI_API_KEY / SATBENCH_API_KEY)"
+        elif failure.status == 404:
+            advice = "check --model and the server URL"
+        else:
+            advice = "the server refused this request; check --model and --max-tokens against the server"
+        n = attempt
+        where = f" (on {', '.join(tried)})" if len(tried) > 1 else ""
+        msg = (f"{srv.name}: POST /v1/chat/completions failed after {n} "
+               f"attempt{'s' if n != 1 else ''}{where}: {failure.reason}; {advice}")
+        raise RequestFailed(self._scrub(msg), server=srv.name, attempts=n, status=failure.status,
+                            transient=failure.transient)
+
+    def _acquire(self, avoid: _Server | None) -> _Server:
+        """Pick a server and count the request in flight there; waits out a cool-down only
+        when every server is cooling down."""
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                n = len(self._servers)
+                start = self._rr
+                self._rr = (self._rr + 1) % n
+
+                # Fewest in flight: a slow server holds its requests longer and so gets
+                # fewer new ones. The retry goes elsewhere when there is an elsewhere.
+                ranks = [(s.not_before > now, s is avoid and n > 1, s.in_flight, (i - start) % n)
+                         for i, s in enumerate(self._servers)]
+                best = self._servers[min(range(n), key=ranks.__getitem__)]
+                wait = best.not_before - now
+                if wait <= 0:
+                    best.in_flight += 1
+                    return best
+            time.sleep(min(wait, 1.0))
+
+    def _attempt(self, srv: _Server, payload: bytes, model: str, attempt: int) -> Answer:
+        with self._lock:
+            srv.requests += 1
+            if attempt > 1:
+                srv.retries += 1
+        t0 = time.monotonic()
+        try:
+            r = srv.conns.request("POST", "/v1/chat/completions", payload)
+        except TransportError as e:
+            if e.kind == "connect-timeout":
+                raise _Attempt(f"timed out (no connection within {self.connect_timeout:g} s)",
+                               transient=True, server_down=True) from None
+            if e.kind == "timeout":
+                raise _Attempt(f"timed out (no answer within --request-timeout {self.timeout:g} s)",
+                               transient=True) from None
+            if e.kind == "cut-off":
+                raise _Attempt(f"response cut off ({_one_line(str(e))})", transient=True) from None
+            # refused, reset, or not HTTP at all: the server (or the path to it) is in trouble
+            raise _Attempt(f"connection failed ({_one_line(str(e))})", transient=True,
+                           server_down=True) from None
+        latency = time.monotonic() - t0
+
+        status = r.status
+        if status == 429 or status == 408 or status >= 500:
+            raise _Attempt(f"HTTP {status}: {_error_snippet(r)}", transient=True, status=status,
+                           retry_after=_retry_after(r))
+        if not 200 <= status < 300:
+            raise _Attempt(f"HTTP {status}: {_error_snippet(r)}", transient=False, status=status)
+        try:
+            data = r.json()
+            choice = data["choices"][0]
+            message = choice["message"]
+            content = message.get("content")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            # A 200 that is not a chat completion is a proxy or server hiccup (truncated body,
+            # an HTML error page, an error object); it says nothing about the question.
+            raise _Attempt(f"HTTP {status} but not a chat completion: {_error_snippet(r)}",
+                           transient=True, status=status) from None
+        if isinstance(content, list):  # some servers return content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        ans = Answer(
+            text=content if isinstance(content, str) else "",
+            finish_reason=choice.get("finish_reason"),
+            model=str(data.get("model") or model),
+            server=srv.name,
+            latency_s=latency,
+            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+            completion_tokens=_int_or_none(usage.get("completion_tokens")),
+            cost=_float_or_none(usage.get("cost")),
+            attempts=attempt,
+        )
+        with self._lock:
+            srv.answered += 1
+            srv.consecutive_failures = 0
+            srv.prompt_tokens += ans.prompt_tokens or 0
+            srv.completion_tokens += ans.completion_tokens or 0
+            if ans.cost is not None:
+                srv.cost = (srv.cost or 0.0) + ans.cost
+                srv.cost_reported += 1
+            srv.model_counts[ans.model] += 1
+            srv.latencies.append(latency)
+        return ans
+
+    def _record_failure(self, srv: _Server, e: _Attempt) -> None:
+        with self._lock:
+            srv.failures += 1
+            now = time.monotonic()
+            if e.retry_after is not None:
+                srv.not_before = max(srv.not_before, now + e.retry_after)
+            if e.server_down:
+                # A refusing server answers instantly, so "fewest in flight" would send it
+                # every request; a growing cool-down keeps traffic on the live servers and
+                # probes the dead one now and then.
+                srv.consecutive_failures += 1
+                cool = min(self.backoff_max,
+                           self.backoff_base * 2 ** (srv.consecutive_failures - 1))
+                srv.not_before = max(srv.not_before, now + cool)
+
+    # ------------------------------------------------------------------ accounting
+    def usage(self) -> dict[str, ServerUsage]:
+        with self._lock:
+            return {
+                s.name: ServerUsage(
+                    server=s.name, requests=s.requests, answered=s.answered, failures=s.failures,
+                    retries=s.retries, prompt_tokens=s.prompt_tokens,
+                    completion_tokens=s.completion_tokens, cost=s.cost,
+                    cost_reported=s.cost_reported, models=Counter(s.model_counts),
+                    latencies_s=tuple(s.latencies),
+                )
+                for s in self._servers
+            }
+
+    def close(self) -> None:
+        self._closed = True
+        for s in self._servers:
+            s.conns.close()
+
+
+def chat_payload(model: str, prompt: str, image_b64: bytes | None, max_tokens: int,
+                 temperature: float) -> bytes:
+    """The request body, as `json.dumps` of the seed's message would give it.
+
+    Built by joining pieces so the base64 image (tens of kB, pure ASCII, nothing to escape)
+    is never scanned by the JSON encoder: questions about one image share its base64 bytes
+    (`image_b64`, encoded once per image by the caller), and only the short parts are encoded.
+    """
+    head = json.dumps({"model": model, "temperature": temperature, "max_tokens": max_tokens})
+    text = json.dumps({"type": "text", "text": prompt}).encode()
+    if image_b64 is None:
+        content = b"[" + text + b"]"
+    else:
+        content = (b'[{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,'
+                   + image_b64 + b'"}}, ' + text + b"]")
+    return head[:-1].encode() + b', "messages": [{"role": "user", "content": ' + content + b"}]}"
+
+
+def _int_or_none(v: Any) -> int | None:
+    try:
+        return None if v is None or isinstance(v, bool) else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float_or_none(v: Any) -> float | None:
+    try:
+        f = None if v is None or isinstance(v, bool) else float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if f is not None and math.isfinite(f) else None

@@ -1,0 +1,265 @@
+"""Per-image preparation: decode once, reconstruct once per arm, encode what is sent.
+
+Every question about an image needs the same bytes, so preparation is cached per image and
+*single-flight*: concurrent questions about one image wait for one reconstruction instead
+of each starting its own (the seed reconstructed an image 4-14 times on RSVQA-LR-sized data
+and 32-42 times on RSVQA-HR-sized data that way).
+
+All arms of an image are sent at the same geometry: the reconstruction's size (the first
+codec's output size), with the original resized to it, each as JPEG quality 95, so the only
+difference between the arms is the codec.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from PIL import Image, UnidentifiedImageError
+
+from pytest_satbench.codecs.base import Codec
+from pytest_satbench.core.question import ImageRef
+from pytest_satbench.engine.fingerprint import PIPELINE_VERSION
+from pytest_satbench.engine.store import ImageInfo, ResultStore
+
+ORIG = "orig"
+BLIND = "blind"
+REPEAT = "orig~"  # orig~2, orig~3...: the original asked again (--repeat-orig noise floor)
+SEND_QUALITY = 95
+
+
+def is_repeat(arm: str) -> bool:
+    return arm.startswith(REPEAT)
+
+
+def image_arm(arm: str) -> str:
+    """Which prepared image an arm sends: repeats send the original's bytes."""
+    return ORIG if is_repeat(arm) else arm
+
+
+class ImageError(Exception):
+    """An image cannot be read, decoded or reconstructed. One line, naming the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArmImage:
+    jpeg: bytes
+    sha256: str  # of the bytes sent
+    size: tuple[int, int]
+    tokens: int | None = None  # image tokens the codec used (One-D-Piece: nlatent x crops)
+    b64: bytes = field(default=b"", repr=False)  # base64 of jpeg, encoded once for all its questions
+
+    def __post_init__(self) -> None:
+        if not self.b64:
+            object.__setattr__(self, "b64", base64.b64encode(self.jpeg))
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedImage:
+    arms: dict[str, ArmImage]
+
+
+def encode_jpeg(image: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    image.convert("RGB").save(buf, format="JPEG", quality=SEND_QUALITY)
+    return buf.getvalue()
+
+
+class ImagePipeline:
+    """Prepares the bytes of every arm for an image, with a bounded single-flight cache."""
+
+    def __init__(
+        self,
+        codecs: list[Codec],
+        *,
+        store: ResultStore | None = None,
+        cache_images: int = 256,
+        workers: int = 2,
+        disk_cache: object | None = None,
+    ) -> None:
+        self.codecs = codecs
+        self.arms: list[str] = [ORIG] + [a.canonical for c in codecs for a in c.arms]
+        self._codec_of = {a.canonical: c for c in codecs for a in c.arms}
+        self.store = store
+        self.capacity = max(1, cache_images)
+        self.disk_cache = disk_cache
+        self._cache: OrderedDict[str, Future[PreparedImage]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._info: dict[str, ImageInfo] = {}
+        self._info_lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="satbench-recon")
+        self.reconstructions = 0  # codec runs (not disk-cache hits), for tests and stats
+        self.decodes = 0
+
+    # ------------------------------------------------------------------ identity
+    def codec_identity(self, arm: str) -> str:
+        codec = self._codec_of.get(arm)
+        return codec.identity() if codec else ""
+
+    def info(self, ref: ImageRef) -> ImageInfo:
+        """sha256 and size of the source image, from a cache keyed by (path, size, mtime).
+
+        Resuming a 222k-question run must not re-read 2,226 large images just to find out
+        that nothing changed, so the hash is remembered in the store next to the results.
+        """
+        key = ref.cache_key
+        with self._info_lock:
+            hit = self._info.get(key)
+        if hit is not None:
+            return hit
+        if ref.path is not None:
+            try:
+                st = os.stat(ref.path)
+            except OSError as exc:
+                raise ImageError(f"cannot read image {ref.path}: {exc.strerror or exc}") from None
+            info = self.store.image_info(ref.path, st.st_size, st.st_mtime_ns) if self.store else None
+            if info is None:
+                info = _measure(ref, ref.read_bytes())
+                if self.store:
+                    self.store.put_image_info(ref.path, st.st_size, st.st_mtime_ns, info)
+        else:
+            info = _measure(ref, ref.read_bytes())
+        with self._info_lock:
+            self._info[key] = info
+        return info
+
+    def target_size(self, info: ImageInfo) -> tuple[int, int]:
+        """The geometry every arm of this image is sent at."""
+        size = (info.width, info.height)
+        return self.codecs[0].output_size(size) if self.codecs else size
+
+    # ------------------------------------------------------------------ preparation
+    def get(self, ref: ImageRef) -> Future[PreparedImage]:
+        key = ref.cache_key
+        with self._lock:
+            fut = self._cache.get(key)
+            if fut is not None:
+                self._cache.move_to_end(key)
+                return fut
+            fut = Future()
+            self._cache[key] = fut
+            self._evict()
+        self._executor.submit(self._fill, fut, ref)
+        return fut
+
+    def _evict(self) -> None:
+        # Never evict an image still being prepared: a second caller would start a second
+        # reconstruction of it, which is exactly what single-flight exists to prevent.
+        excess = len(self._cache) - self.capacity
+        if excess <= 0:
+            return
+        for key in list(self._cache):
+            if excess <= 0:
+                break
+            if self._cache[key].done():
+                del self._cache[key]
+                excess -= 1
+
+    def _fill(self, fut: Future[PreparedImage], ref: ImageRef) -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            fut.set_result(self.prepare(ref))
+        except ImageError as exc:
+            fut.set_exception(exc)
+        except Exception as exc:  # a codec failure fails this image's items, not the run
+            fut.set_exception(ImageError(f"preparing image {ref.describe()} failed: {type(exc).__name__}: {exc}"))
+
+    def prepare(self, ref: ImageRef) -> PreparedImage:
+        info = self.info(ref)
+        target = self.target_size(info)
+        arms: dict[str, ArmImage] = {}
+        image: Image.Image | None = None
+        for codec in self.codecs:
+            cached = self._from_disk(codec, info, target)
+            if cached is not None:
+                arms.update(cached)
+                continue
+            if image is None:
+                image = _decode(ref)
+                self.decodes += 1
+            try:
+                outs = codec.reconstruct(image)
+            except Exception as exc:
+                names = ", ".join(a.canonical for a in codec.arms)
+                raise ImageError(
+                    f"reconstructing {ref.describe()} with {names} failed: {type(exc).__name__}: {exc}"
+                ) from None
+            self.reconstructions += 1
+            tokens = _tokens(codec, info)
+            for spec, out in zip(codec.arms, outs, strict=True):
+                if out.size != target:
+                    out = out.resize(target, Image.Resampling.BICUBIC)
+                data = encode_jpeg(out)
+                arm_image = ArmImage(data, hashlib.sha256(data).hexdigest(), target, tokens.get(spec.canonical))
+                arms[spec.canonical] = arm_image
+                self._to_disk(codec, spec.canonical, info, target, data)
+        if image is None:
+            image = _decode(ref)
+            self.decodes += 1
+        orig = image if image.size == target else image.resize(target, Image.Resampling.BICUBIC)
+        data = encode_jpeg(orig)
+        arms[ORIG] = ArmImage(data, hashlib.sha256(data).hexdigest(), target)
+        return PreparedImage({name: arms[name] for name in self.arms})
+
+    # ------------------------------------------------------------------ disk cache
+    def _disk_key(self, codec: Codec, arm: str, info: ImageInfo, target: tuple[int, int]) -> str:
+        return self.disk_cache.key_for(  # type: ignore[union-attr]
+            info.sha256, arm, codec.identity(), PIPELINE_VERSION, f"{target[0]}x{target[1]}"
+        )
+
+    def _from_disk(self, codec: Codec, info: ImageInfo, target: tuple[int, int]) -> dict[str, ArmImage] | None:
+        if self.disk_cache is None or not codec.disk_cacheable:
+            return None
+        tokens = _tokens(codec, info)
+        found: dict[str, ArmImage] = {}
+        for spec in codec.arms:
+            data = self.disk_cache.get(self._disk_key(codec, spec.canonical, info, target))  # type: ignore[union-attr]
+            if data is None:
+                return None
+            found[spec.canonical] = ArmImage(data, hashlib.sha256(data).hexdigest(), target, tokens.get(spec.canonical))
+        return found
+
+    def _to_disk(self, codec: Codec, arm: str, info: ImageInfo, target: tuple[int, int], data: bytes) -> None:
+        if self.disk_cache is not None and codec.disk_cacheable:
+            self.disk_cache.put(self._disk_key(codec, arm, info, target), data)  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        for codec in self.codecs:
+            codec.close()
+
+
+def _tokens(codec: Codec, info: ImageInfo) -> dict[str, int]:
+    tokens_for = getattr(codec, "tokens_for", None)
+    return dict(tokens_for((info.width, info.height))) if tokens_for else {}
+
+
+def _decode(ref: ImageRef) -> Image.Image:
+    try:
+        with Image.open(io.BytesIO(ref.read_bytes())) as im:
+            im.load()
+            return im.convert("RGB")
+    except FileNotFoundError:
+        raise ImageError(f"image not found: {ref.describe()}; check --data-root") from None
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise ImageError(
+            f"cannot decode image {ref.describe()}: {exc}; the file is corrupt or not an image"
+        ) from None
+
+
+def _measure(ref: ImageRef, data: bytes) -> ImageInfo:
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            width, height = im.size
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise ImageError(
+            f"cannot decode image {ref.describe()}: {exc}; the file is corrupt or not an image"
+        ) from None
+    return ImageInfo(hashlib.sha256(data).hexdigest(), width, height)
