@@ -7,16 +7,39 @@ budgets from a single encoder pass, so it is one codec with several arms.
 
 Spec grammar: `name[:key=value[,key=value...]]`, e.g. `jpeg:quality=10`,
 `onedpiece:ckpt=/w/s.bin,nlatent=48`. The canonical spec (keys sorted, defaults filled in)
-is the arm's name in tables, the store and the fingerprints.
+is the arm's name in tables, the store and the fingerprints. Parameters that only decide
+where or how fast an arm runs (a device, a batch size) travel in `ArmSpec.runtime`, outside
+the canonical spec, so a GPU run and a CPU run share store rows.
+
+Codecs are found through the entry-point group `pytest_satbench.codecs`, the built-in ones
+exactly as a third-party package's::
+
+    [project.entry-points."pytest_satbench.codecs"]
+    mycodec = "my_package.codec"            # a module that calls register_codec() on import
+    # or: mycodec = "my_package.codec:FACTORY"  (a CodecFactory, or a list of them)
+
+Name the entry point after the codec: when its module fails to import, a spec naming that
+codec gets the import error and what to install; every other codec still works.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING
 
-from PIL import Image
+if TYPE_CHECKING:
+    # Only for annotations: the plugin imports this module at pytest start-up, and most
+    # pytest runs never touch an image.
+    from PIL import Image
+
+ENTRY_POINT_GROUP = "pytest_satbench.codecs"
+
+Params = tuple[tuple[str, str], ...]
 
 
 class SpecError(ValueError):
@@ -26,7 +49,10 @@ class SpecError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ArmSpec:
     codec: str
-    params: tuple[tuple[str, str], ...] = ()
+    params: Params = ()
+    # Where/how fast the arm runs (e.g. device, batch). Excluded from equality, hashing and
+    # `canonical`: an arm's identity is what changes its pixels, nothing else.
+    runtime: Params = field(default=(), compare=False)
 
     @property
     def canonical(self) -> str:
@@ -35,13 +61,20 @@ class ArmSpec:
         return self.codec + ":" + ",".join(f"{k}={v}" for k, v in self.params)
 
     def param(self, key: str, default: str | None = None) -> str | None:
-        for k, v in self.params:
-            if k == key:
-                return v
-        return default
+        return _lookup(self.params, key, default)
+
+    def runtime_param(self, key: str, default: str | None = None) -> str | None:
+        return _lookup(self.runtime, key, default)
 
     def __str__(self) -> str:
         return self.canonical
+
+
+def _lookup(pairs: Params, key: str, default: str | None) -> str | None:
+    for k, v in pairs:
+        if k == key:
+            return v
+    return default
 
 
 def parse_spec(text: str) -> tuple[str, dict[str, str]]:
@@ -93,9 +126,10 @@ class Codec(ABC):
 class CodecFactory:
     """How one codec name is parsed and built.
 
-    `normalise` validates raw params and returns the canonical ArmSpec (defaults filled in),
-    raising SpecError with a one-line message. `build` turns the arm specs of this codec
-    name into codecs; it may group several arms into one codec (shared encoder).
+    `normalise` validates raw params and returns the canonical ArmSpec (defaults filled in,
+    run-time parameters in `runtime`), raising SpecError with a one-line message. `build`
+    turns the arm specs of this codec name into codecs; it may group several arms into one
+    codec (shared encoder), and reads run-time parameters from the specs it receives.
     """
 
     name: str
@@ -105,29 +139,116 @@ class CodecFactory:
 
 
 _FACTORIES: dict[str, CodecFactory] = {}
+# Entry points that failed to load, by entry-point name: the one-line reason and hint.
+_BROKEN: dict[str, str] = {}
+_discovered = False
+_discovering = False
+# Reentrant: an entry-point module may itself normalise a spec while being imported.
+_discovery_lock = threading.RLock()
 
 
 def register_codec(factory: CodecFactory) -> CodecFactory:
-    _FACTORIES[factory.name] = factory
+    """Make `factory` known under its name. Registering another factory under a taken name
+    is an error: two implementations behind one arm name would share store rows."""
+    with _discovery_lock:
+        held = _FACTORIES.get(factory.name)
+        if held is not None and held != factory:
+            raise ValueError(
+                f"codec {factory.name!r} is already registered (by {getattr(held.build, '__module__', '?')})"
+            )
+        _FACTORIES[factory.name] = factory
     return factory
 
 
 def factories() -> dict[str, CodecFactory]:
-    from pytest_satbench.codecs import simple  # noqa: F401  (registers identity, jpeg, resize)
-
-    try:
-        from pytest_satbench.codecs.onedpiece import codec as onedpiece  # noqa: F401  (registers onedpiece; imports torch lazily)
-    except ImportError:
-        pass
+    """Every usable codec; the entry points are loaded on the first call."""
+    _discover()
     return dict(_FACTORIES)
+
+
+def broken_codecs() -> dict[str, str]:
+    """Entry points that failed to load: name -> one-line reason with what to install."""
+    _discover()
+    return dict(_BROKEN)
+
+
+def _discover() -> None:
+    global _discovered, _discovering
+    if _discovered:
+        return
+    with _discovery_lock:
+        # Only this thread can hold the lock: `_discovering` means a module being loaded
+        # asked for codecs, and it gets those registered so far.
+        if _discovered or _discovering:
+            return
+        _discovering = True
+        try:
+            # Built-ins first, then by name: on a name clash the built-in keeps it, whatever
+            # the order of sys.path (the clashing entry point is reported as failed).
+            for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=_load_order):
+                try:
+                    loaded = ep.load()
+                    for factory in _factories_in(loaded):
+                        register_codec(factory)
+                except Exception as exc:  # a missing optional dependency must not hide the others
+                    _BROKEN[ep.name] = f"{ep.value} failed to load ({_first_line(exc)}); {_install_hint(ep, exc)}"
+        finally:
+            _discovering = False
+            _discovered = True
+
+
+def _load_order(ep: EntryPoint) -> tuple[bool, str]:
+    return (not ep.value.startswith("pytest_satbench."), ep.name)
+
+
+def _factories_in(loaded: object) -> list[CodecFactory]:
+    # A module registered its codecs while being imported; an object is registered here.
+    if isinstance(loaded, CodecFactory):
+        return [loaded]
+    if isinstance(loaded, (list, tuple)) and all(isinstance(f, CodecFactory) for f in loaded):
+        return list(loaded)
+    return []
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+_REQUIREMENT_RX = re.compile(
+    r"""^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)[^;]*(?:;.*\bextra\s*==\s*["'](?P<extra>[^"']+)["'])?"""
+)
+
+
+def _normalise_name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _install_hint(ep: EntryPoint, exc: BaseException) -> str:
+    """What to install: the distribution's extra that requires the missing module, if it
+    declares one (e.g. `pip install 'pytest-satbench[onedpiece]'` for torch)."""
+    dist = getattr(ep, "dist", None)
+    dist_name = dist.metadata["Name"] if dist is not None else None
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if missing:
+        top = missing.partition(".")[0]
+        for req in (dist.requires or []) if dist is not None else []:
+            m = _REQUIREMENT_RX.match(req)
+            if m and m["extra"] and _normalise_name(m["name"]) == _normalise_name(top):
+                return f"pip install '{dist_name}[{m['extra']}]'"
+        return f"pip install {top}"
+    return f"fix or uninstall {dist_name}" if dist_name else f"fix {ep.value}"
 
 
 def normalise_spec(text: str) -> ArmSpec:
     name, params = parse_spec(text)
     known = factories()
     if name not in known:
+        if name in _BROKEN:
+            raise SpecError(f"--recon {text!r}: codec {name!r} is unavailable: {_BROKEN[name]}")
+        broken = f"; failed to load: {', '.join(sorted(_BROKEN))}" if _BROKEN else ""
         raise SpecError(
-            f"--recon {text!r}: unknown codec {name!r}; known: {', '.join(sorted(known))}"
+            f"--recon {text!r}: unknown codec {name!r}; known: {', '.join(sorted(known))}{broken}"
         )
     return known[name].normalise(params)
 
@@ -140,6 +261,9 @@ def build_codecs(specs: Sequence[ArmSpec]) -> list[Codec]:
         by_name.setdefault(spec.codec, []).append(spec)
     codecs: list[Codec] = []
     for name, group in by_name.items():
+        if name not in known:
+            reason = _BROKEN.get(name, "no installed package provides it")
+            raise SpecError(f"codec {name!r} is unavailable: {reason}")
         codecs += known[name].build(group)
     return codecs
 

@@ -54,6 +54,30 @@ def test_canonical_spec(tiny_ckpt: Path) -> None:
     assert normalise_spec(f"onedpiece:ckpt={tiny_ckpt},nlatent=8,dtype=bf16") != spec
 
 
+def test_device_and_batch_travel_on_the_spec(tiny_ckpt: Path) -> None:
+    """No module-level state: what `build` gets is what the spec says, per spec."""
+    fast = normalise_spec(f"onedpiece:ckpt={tiny_ckpt},nlatent=4,device=cpu,batch=3")
+    plain = normalise_spec(f"onedpiece:ckpt={tiny_ckpt},nlatent=8")
+    assert fast.runtime == (("batch", "3"), ("device", "cpu")) and plain.runtime == ()
+    assert "device" not in fast.canonical and "batch" not in fast.canonical
+    # Normalising another spec of the same checkpoint later does not change the first.
+    normalise_spec(f"onedpiece:ckpt={tiny_ckpt},nlatent=4,batch=7")
+    default = opd.default_device()
+    codecs = build_codecs([fast, plain])
+    try:
+        assert [(c.device, c.engine.batch) for c in codecs] == [
+            ("cpu", 3),
+            (default, 16 if default.startswith("cuda") else 4),
+        ]
+    finally:
+        for c in codecs:
+            c.close()
+    # Budgets asked to run in one place still share one codec.
+    (both,) = build_codecs([fast, normalise_spec(f"onedpiece:ckpt={tiny_ckpt},nlatent=8,device=cpu,batch=3")])
+    both.close()
+    assert len(both.arms) == 2
+
+
 def test_ckpt_from_environment(tiny_ckpt: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(opd.ENV_CKPT, str(tiny_ckpt))
     assert normalise_spec("onedpiece:nlatent=4").param("ckpt") == str(tiny_ckpt.resolve())

@@ -10,20 +10,19 @@ become one codec that encodes every crop once and decodes it once per budget.
 
 The canonical spec holds what changes the pixels: ckpt (absolute path), dtype, max_tiles,
 nlatent, variant; the checkpoint's sha256 enters through `Codec.identity()`. `device` and
-`batch` only decide where and how fast, so they stay out of it: results from a GPU run and
-a CPU run share store rows and disk-cache entries.
+`batch` only decide where and how fast, so they travel in `ArmSpec.runtime`, outside it:
+results from a GPU run and a CPU run share store rows and disk-cache entries.
 
-This module must import without torch (it is imported by `codecs.base.factories()`); torch
-is imported when a spec is normalised (to read the checkpoint's shapes) or built.
+This module must import without torch (entry-point discovery imports it on every run that
+names a codec); torch is imported when a spec is normalised (to read the checkpoint's
+shapes) or built.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +32,7 @@ from pytest_satbench.codecs.base import (
     ArmSpec,
     Codec,
     CodecFactory,
+    Params,
     SpecError,
     expect_int,
     register_codec,
@@ -49,21 +49,7 @@ _KEYS = {"ckpt", "variant", "nlatent", "max_tiles", "dtype", "device", "batch"}
 _DEVICE_RX = re.compile(r"^(cpu|cuda(:\d+)?|mps|xpu(:\d+)?)$")
 
 
-@dataclass(frozen=True, slots=True)
-class _Runtime:
-    """Where and how a group of arms runs; deliberately not part of the canonical spec."""
-
-    device: str | None = None
-    batch: int | None = None
-
-
-# Recorded by `normalise` (which sees device=/batch=) for `build` (which only sees the
-# canonical spec). Keyed by the spec without nlatent, i.e. by codec group.
-_runtime: dict[tuple[tuple[str, str], ...], _Runtime] = {}
-_runtime_lock = threading.Lock()
-
-
-def _group_key(spec: ArmSpec) -> tuple[tuple[str, str], ...]:
+def _group_key(spec: ArmSpec) -> Params:
     return tuple((k, v) for k, v in spec.params if k != "nlatent")
 
 
@@ -120,7 +106,12 @@ def normalise(params: dict[str, str]) -> ArmSpec:
             raise SpecError(
                 f"--recon {text}: device={device} but torch sees {torch.cuda.device_count()} CUDA device(s)"
             )
-    spec = ArmSpec(
+    runtime: list[tuple[str, str]] = []
+    if batch is not None:
+        runtime.append(("batch", str(batch)))
+    if device is not None:
+        runtime.append(("device", device))
+    return ArmSpec(
         "onedpiece",
         (
             ("ckpt", str(path)),
@@ -129,10 +120,8 @@ def normalise(params: dict[str, str]) -> ArmSpec:
             ("nlatent", str(nlatent)),
             ("variant", info.variant),
         ),
+        runtime=tuple(runtime),
     )
-    with _runtime_lock:
-        _runtime[_group_key(spec)] = _Runtime(device, batch)
-    return spec
 
 
 _describe_memo: dict[tuple[str, int, int, str | None], LoadedCheckpoint] = {}
@@ -225,14 +214,17 @@ class OneDPieceCodec(Codec):
 
 
 def build(specs: Sequence[ArmSpec]) -> list[Codec]:
-    groups: dict[tuple[tuple[str, str], ...], list[ArmSpec]] = {}
+    # Budgets of one checkpoint share a codec (one encoder pass) unless they were asked to
+    # run in different places: each spec's device/batch is honoured as given.
+    groups: dict[tuple[Params, Params], list[ArmSpec]] = {}
     for spec in specs:
-        groups.setdefault(_group_key(spec), []).append(spec)
+        groups.setdefault((_group_key(spec), spec.runtime), []).append(spec)
     codecs: list[Codec] = []
-    for key, arms in groups.items():
-        with _runtime_lock:
-            rt = _runtime.get(key, _Runtime())
-        codecs.append(OneDPieceCodec(arms, device=rt.device, batch=rt.batch))
+    for arms in groups.values():
+        batch = arms[0].runtime_param("batch")
+        codecs.append(
+            OneDPieceCodec(arms, device=arms[0].runtime_param("device"), batch=None if batch is None else int(batch))
+        )
     return codecs
 
 
