@@ -35,7 +35,8 @@ LHRS-Bot uses); whitespace squeezed. Articles are NOT dropped (the seed did not)
 ``"a ship"`` does not match ``"ship"``; the VRSBench official view below does accept it.
 An empty final answer is unparseable (``parsed=False``) and wrong.
 
-Extra views (``Score.views``):
+Extra views (``Score.views``), computed where the benchmark declares them
+(``ScoreOptions.views``, from ``Benchmark.score_views``):
 
 * ``("binned", 0|1)`` for RSVQA ``count`` and ``area`` questions: the class of the original
   RSVQA metric (Lobry et al. 2020; syvlo/RSVQA ``VocabEncoder``): ``0`` / ``1-10`` /
@@ -43,7 +44,7 @@ Extra views (``Score.views``):
   prediction must be a bare number (an ``m2`` unit is optional for areas). The original work
   binned LR counts and HR areas but scored HR counts exactly; we bin every count and area so the
   view means one thing everywhere (for HR counts the original metric is the headline).
-* ``("official", 0|1)`` for benchmarks whose name starts with ``vrsbench``: the deterministic
+* ``("official", 0|1)`` for the benchmarks that declare it (VRSBench VQA): the deterministic
   part of the official VRSBench protocol (lx709/VRSBench ``eval_vqa_gpt.ipynb``), on the
   lower-cased, stripped final answer ``pred`` and ground truth ``gt``: correct if ``gt`` is a
   substring of ``pred``; else, if ``gt`` is ``yes``/``no``/``0``..``99``, correct iff
@@ -112,27 +113,20 @@ prediction as correct (``"" in answer``). Neither behaviour measures the model.
   An unparseable answer is a miss and stays in the denominator, as in the official metric.
   Reports split Acc@0.5/0.7 into Unique / Non-unique / All with `ref_split`.
 
-5. Aggregation (`Tally`, `tally`)
----------------------------------
-Per-type accuracy counts a question once under EACH of its types (LHRS-Bench questions are
-multi-label, as in the official scorer); the ``all`` row counts every question once. Overall
-accuracy (OA) is question-weighted; the average accuracy (AA) of the RSVQA/VRSBench papers is
-the unweighted mean of the per-type accuracies.
+Aggregation (per type, overall, average accuracy) is not scoring: see `stats` and `results`.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from pytest_satbench.core.question import Question
 
 __all__ = [
     "Score",
     "ScoreOptions",
-    "Tally",
     "BOX_GRIDS",
     "IOU_MODES",
     "final_answer",
@@ -147,8 +141,6 @@ __all__ = [
     "score_ref",
     "ref_split",
     "score",
-    "tally",
-    "average_accuracy",
     "vrsbench_official",
 ]
 
@@ -179,6 +171,9 @@ class ScoreOptions:
     box_grid: str = "1000"  # grid of the MODEL's boxes: "1000" | "100" | "pixels"
     iou: str = "inclusive"  # "inclusive" (VRSBench +1) | "continuous"
     image_size: tuple[int, int] | None = None  # (W, H) the model saw; for box_grid="pixels"
+    # The optional VQA views a benchmark declares for itself (`Benchmark.score_views`):
+    # "binned" (RSVQA count/area classes), "official" (VRSBench's deterministic rules).
+    views: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.box_grid not in BOX_GRIDS:
@@ -311,13 +306,14 @@ def score_vqa(question: Question, text: str, options: ScoreOptions) -> Score:
     pred = normalize_vqa(ans)
     gt = normalize_vqa(question.answer)
     views: list[tuple[str, float]] = []
-    for t in ("count", "area"):
-        if t in question.types:
-            gb = rsvqa_bin(question.answer, t)
-            pb = rsvqa_bin(ans, t)
-            views.append(("binned", float(gb is not None and gb == pb)))
-            break
-    if question.benchmark.lower().startswith("vrsbench"):
+    if "binned" in options.views:
+        for t in ("count", "area"):
+            if t in question.types:
+                gb = rsvqa_bin(question.answer, t)
+                pb = rsvqa_bin(ans, t)
+                views.append(("binned", float(gb is not None and gb == pb)))
+                break
+    if "official" in options.views:
         views.append(("official", float(vrsbench_official(question.answer, ans))))
     parsed = bool(pred)
     return Score(correct=parsed and pred == gt, parsed=parsed,
@@ -568,52 +564,3 @@ def score(question: Question, text: str, options: ScoreOptions = ScoreOptions())
         raise ValueError(f"{question.benchmark} question {question.key}: unknown kind "
                          f"{question.kind!r}; expected one of {', '.join(_SCORERS)}") from None
     return fn(question, text, options)
-
-
-# --------------------------------------------------------------------------- aggregation
-
-@dataclass(slots=True)
-class Tally:
-    """Running counts for one group of questions."""
-
-    n: int = 0
-    correct: int = 0
-    unparsed: int = 0
-    views: dict[str, float] = field(default_factory=dict)  # sums of each view
-    view_n: dict[str, int] = field(default_factory=dict)  # how many scores had each view
-
-    def add(self, s: Score) -> None:
-        self.n += 1
-        self.correct += s.correct
-        self.unparsed += not s.parsed
-        for k, v in s.views:
-            self.views[k] = self.views.get(k, 0.0) + v
-            self.view_n[k] = self.view_n.get(k, 0) + 1
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / self.n if self.n else math.nan
-
-    def view_mean(self, name: str) -> float:
-        k = self.view_n.get(name, 0)
-        return self.views[name] / k if k else math.nan
-
-
-def tally(results: Iterable[tuple[Question, Score]],
-          group: Callable[[Question], Iterable[str]] | None = None) -> dict[str, Tally]:
-    """Counts per group plus "all". By default the groups are the question's types, and a
-    multi-label question counts once under each of its types (LHRS-Bench, as officially);
-    "all" counts every question once. Pass `group` to group otherwise (e.g. by `ref_split`)."""
-    out: dict[str, Tally] = {"all": Tally()}
-    for q, s in results:
-        out["all"].add(s)
-        keys = group(q) if group is not None else q.types
-        for k in dict.fromkeys(keys):  # a type listed twice still counts once
-            out.setdefault(k, Tally()).add(s)
-    return out
-
-
-def average_accuracy(tallies: dict[str, Tally]) -> float:
-    """AA: the unweighted mean of per-group accuracies ("all" excluded)."""
-    accs = [t.accuracy for k, t in tallies.items() if k != "all" and t.n]
-    return sum(accs) / len(accs) if accs else math.nan

@@ -80,6 +80,8 @@ from typing import Any
 
 import numpy as np
 
+from pytest_satbench.core.arms import BLIND, ORIG
+
 __all__ = [
     "ArmOutcome",
     "QuestionRecord",
@@ -98,7 +100,6 @@ __all__ = [
     "group_by",
 ]
 
-BLIND_ARM = "blind"
 _STATUSES = ("ok", "error")
 # Resampled clusters per chunk: bounds memory (the index and weight matrices are
 # chunk x clusters) while keeping numpy calls large enough to be fast.
@@ -567,8 +568,8 @@ def _index(records: Sequence[QuestionRecord]) -> tuple[np.ndarray, dict[str, np.
 def summarize(
     records: Sequence[QuestionRecord],
     *,
-    reference_arm: str = "orig",
-    blind_arm: str = BLIND_ARM,
+    reference_arm: str = ORIG,
+    blind_arm: str = BLIND,
     iterations: int = 2000,
     seed: int = 0,
     level: float = 0.95,

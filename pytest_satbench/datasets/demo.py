@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pytest_satbench.core.question import Question
+from pytest_satbench.core.labels import Labels
 from pytest_satbench.datasets.demo_data import DEMO_VERSION, write_demo_dataset
 from pytest_satbench.datasets.registry import Benchmark, LoadRequest, register
-from pytest_satbench.datasets.rsvqa import load_rsvqa_split
+from pytest_satbench.datasets.rsvqa import BINNED, RSVQA_VIEWS, load_rsvqa_split
 
 
 def _load(req: LoadRequest) -> Iterator[Question]:
@@ -43,5 +44,7 @@ DEMO = register(
         types=("presence", "comp", "count", "rural_urban"),
         metric="exact match; overall and average accuracy",
         prepare=_prepare,
+        score_views=RSVQA_VIEWS,
+        labels=Labels(views=(BINNED,)),
     )
 )

@@ -38,9 +38,8 @@ from pytest_satbench.datasets.registry import (
     LoadRequest,
     all_benchmarks,
     register,
-    sort_by_image,
-    stratified_limit,
 )
+from pytest_satbench.datasets.selection import sort_by_image, stratified_limit
 
 FOLDER = "LHRS_Bench"
 PARQUET_GLOB = "**/*.parquet"

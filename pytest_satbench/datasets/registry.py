@@ -1,23 +1,20 @@
 """The one place benchmarks are registered.
 
-A benchmark is declared by one small module in `pytest_satbench/datasets/` (or any installed
-package that exposes the entry point group `pytest_satbench.benchmarks`): it builds a
-`Benchmark` and calls `register()`. The plugin core never names a benchmark.
+A benchmark is declared by one small module that builds a `Benchmark` and calls `register()`,
+named in the entry point group `pytest_satbench.benchmarks` (this package declares its own
+modules there too). Nothing outside the benchmark's module names it: its labels, the views
+its official evaluation adds and its type grouping are fields of its `Benchmark`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import pkgutil
-import random
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 
 from pytest_satbench.core.question import Kind, Question
+from pytest_satbench.core.labels import Labels
 
 
 class DatasetError(Exception):
@@ -58,6 +55,10 @@ class Benchmark:
     # replaces it: given the data root it returns the paths it looked for and did not find
     # (empty list: loadable).
     locate: Callable[[Path], list[Path]] | None = None
+    # The optional per-question views its official evaluation adds (`ScoreOptions.views`),
+    # and the names its paper gives the headline numbers and those views.
+    score_views: frozenset[str] = frozenset()
+    labels: Labels = Labels()
 
     def missing(self, data_root: Path) -> list[Path]:
         """Required paths that are absent under `data_root` (empty list: all present)."""
@@ -79,6 +80,7 @@ class Benchmark:
         return raw
 
 
+ENTRY_POINT_GROUP = "pytest_satbench.benchmarks"
 _REGISTRY: dict[str, Benchmark] = {}
 _loaded = False
 
@@ -91,15 +93,13 @@ def register(benchmark: Benchmark) -> Benchmark:
 
 
 def _load_all() -> None:
+    # The built-in benchmark modules are declared in this package's own entry points, as a
+    # third-party package declares its own: each module registers on import.
     global _loaded
     if _loaded:
         return
     _loaded = True
-    from pytest_satbench import datasets
-
-    for mod in pkgutil.iter_modules(datasets.__path__):
-        importlib.import_module(f"{datasets.__name__}.{mod.name}")
-    for ep in entry_points(group="pytest_satbench.benchmarks"):
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
         ep.load()
 
 
@@ -115,53 +115,3 @@ def get(name: str) -> Benchmark:
 def all_benchmarks() -> dict[str, Benchmark]:
     _load_all()
     return dict(_REGISTRY)
-
-
-def stratified_limit(
-    questions: Iterable[Question], limit: int | None, seed: int = 0
-) -> list[Question]:
-    """Keep about `limit` questions, the same number from each question type.
-
-    The seed script's rule: `per = max(1, limit // n_types)` questions drawn from each type
-    with `random.Random(seed).sample`, types in order of first appearance, so a given file
-    and limit always select the same questions.
-    """
-    qs = list(questions)
-    if not limit:
-        return qs
-    by_type: dict[str, list[Question]] = defaultdict(list)
-    for q in qs:
-        by_type[q.type].append(q)
-    rng = random.Random(seed)
-    per = max(1, limit // len(by_type)) if by_type else 0
-    chosen: list[Question] = []
-    for group in by_type.values():
-        chosen += rng.sample(group, min(per, len(group)))
-    return chosen
-
-
-def sort_by_image(questions: Iterable[Question]) -> list[Question]:
-    """Order items by image so the per-image reconstruction cache stays hot.
-
-    Sorted by (image id, key) with numeric-aware comparison, so the order is stable across
-    runs and independent of file order.
-    """
-
-    def natural(s: str) -> tuple[int, int | str]:
-        return (0, int(s)) if s.isdigit() else (1, s)
-
-    by_image: dict[str, tuple[int, int | str]] = {}  # ~100 questions share each image
-
-    def key(q: Question) -> tuple[tuple[int, int | str], tuple[int, int | str]]:
-        image = by_image.get(q.image.id)
-        if image is None:
-            image = by_image[q.image.id] = natural(q.image.id)
-        return image, natural(q.key)
-
-    return sorted(questions, key=key)
-
-
-def repeat_sample(questions: list[Question], n: int) -> set[tuple[str, str]]:
-    """A fixed pseudo-random sample (by hash of benchmark and key), spread over images."""
-    ranked = sorted(questions, key=lambda q: hashlib.sha1(f"{q.benchmark}:{q.key}".encode()).hexdigest())
-    return {(q.benchmark, q.key) for q in ranked[:n]}

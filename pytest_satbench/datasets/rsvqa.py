@@ -20,14 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_satbench.core.question import ImageRef, Question
-from pytest_satbench.datasets.registry import (
-    Benchmark,
-    DatasetError,
-    LoadRequest,
-    register,
-    sort_by_image,
-    stratified_limit,
-)
+from pytest_satbench.core.labels import Labels, ViewLabel
+from pytest_satbench.datasets.registry import Benchmark, DatasetError, LoadRequest, register
+from pytest_satbench.datasets.selection import sort_by_image, stratified_limit
 
 _QUESTION_KEYS = ("id", "img_id", "type", "question", "answers_ids")
 
@@ -157,6 +152,21 @@ def _image_ref(folder: Path, img_id: Any, extensions: tuple[str, ...]) -> ImageR
     return ImageRef(id=str(img_id), path=str(path))
 
 
+# The original RSVQA metric put count (and area) answers into classes (Lobry et al. 2020,
+# syvlo/RSVQA): shown as the "binned" view beside the exact-match headline.
+RSVQA_VIEWS = frozenset({"binned"})
+BINNED = ViewLabel(
+    "binned",
+    "binned: the original RSVQA classes (0 / 1-10 / 11-100 / 101-1000 / >1000)",
+    "binned accuracy (count/area answers in the RSVQA bins)",
+)
+RSVQA_LABELS = Labels(
+    overall="RSVQA overall accuracy (OA, question-weighted)",
+    average="RSVQA average accuracy (AA, mean over question types)",
+    views=(BINNED,),
+)
+
+
 def _split(
     name: str, title: str, folder: str, prefix: str, split: str, image_dir: str,
     extensions: tuple[str, ...], types: tuple[str, ...],
@@ -190,6 +200,8 @@ def _split(
             ],
             types=types,
             metric="exact match (count/area also binned); overall and average accuracy",
+            score_views=RSVQA_VIEWS,
+            labels=RSVQA_LABELS,
         )
     )
 

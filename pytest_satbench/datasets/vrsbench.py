@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_satbench.core.question import ImageRef, Question
+from pytest_satbench.core.labels import Labels, ViewLabel
 from pytest_satbench.datasets._common import check_key, read_json
 from pytest_satbench.datasets.registry import (
     Benchmark,
@@ -29,9 +30,8 @@ from pytest_satbench.datasets.registry import (
     LoadRequest,
     all_benchmarks,
     register,
-    sort_by_image,
-    stratified_limit,
 )
+from pytest_satbench.datasets.selection import sort_by_image, stratified_limit
 
 FOLDER = "VRSBench"
 IMAGE_DIR = "Images_val"
@@ -193,6 +193,23 @@ def _loader(
     return load
 
 
+# The official VQA evaluation (lx709/VRSBench, eval_vqa_gpt.ipynb) decides most answers by
+# deterministic rules before asking GPT-4o-mini: those rules are the "official" view.
+VQA_LABELS = Labels(
+    average="VRSBench mean over the {types} question types",
+    views=(ViewLabel(
+        "official",
+        "official: VRSBench's deterministic rules (gt contained in answer; yes/no and 0-99 exact)",
+        "VRSBench official scorer (substring rule)",
+    ),),
+)
+# Grounding is reported as Acc@0.5 / Acc@0.7, split by whether the object is unique.
+REF_LABELS = Labels(views=(
+    ViewLabel("acc@0.5", "acc@0.5: IoU >= 0.5 (VRSBench grounding headline)", "Acc@0.5 (IoU >= 0.5), by uniqueness"),
+    ViewLabel("acc@0.7", "acc@0.7: IoU >= 0.7", "Acc@0.7 (IoU >= 0.7), by uniqueness"),
+    ViewLabel("iou", "iou: mean IoU", "mean IoU"),
+))
+
 VRSBENCH = register(
     Benchmark(
         name="vrsbench",
@@ -204,6 +221,8 @@ VRSBENCH = register(
         types=VQA_TYPES,
         type_groups=VQA_TYPE_GROUPS,
         metric="accuracy per type (10 reported types) and overall; average = mean of types",
+        score_views=frozenset({"official"}),
+        labels=VQA_LABELS,
     )
 )
 VRSBENCH_REF = register(
@@ -216,5 +235,6 @@ VRSBENCH_REF = register(
         load=_loader(REF_FILES, load_ref),
         types=REF_TYPES,
         metric="Acc@0.5 and Acc@0.7 (IoU), unique / non-unique / all",
+        labels=REF_LABELS,
     )
 )

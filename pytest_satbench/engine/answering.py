@@ -19,14 +19,8 @@ from pytest_satbench.core.question import Question
 from pytest_satbench.core.scoring import Score, ScoreOptions, score
 from pytest_satbench.engine.client import Answer, RequestFailed, ServerPool
 from pytest_satbench.engine.fingerprint import AskSettings, arm_fingerprint
-from pytest_satbench.engine.images import (
-    BLIND,
-    REPEAT,
-    ImageError,
-    ImagePipeline,
-    PreparedImage,
-    image_arm,
-)
+from pytest_satbench.core.arms import BLIND, image_arm, repeat_arm
+from pytest_satbench.engine.images import ImageError, ImagePipeline, PreparedImage
 from pytest_satbench.engine.store import AnswerRow, ResultStore
 
 
@@ -57,6 +51,7 @@ class ItemResult:
     arms: dict[str, ArmResult] = field(default_factory=dict)
     fingerprints: dict[str, str] = field(default_factory=dict)  # store key per arm
     prompt: str = ""
+    sent_size: tuple[int, int] | None = None  # the geometry every image arm was sent at
 
     @property
     def errors(self) -> list[ArmResult]:
@@ -77,6 +72,7 @@ class QuestionRunner:
     def __init__(
         self,
         *,
+        run_id: str,
         pool: ServerPool,
         images: ImagePipeline,
         store: ResultStore,
@@ -86,6 +82,7 @@ class QuestionRunner:
         fresh: bool = False,
         concurrency: int = 64,
     ) -> None:
+        self.run_id = run_id
         self.pool = pool
         self.images = images
         self.store = store
@@ -100,7 +97,7 @@ class QuestionRunner:
 
     # ------------------------------------------------------------------ planning
     def arms_for(self, job: Job) -> list[str]:
-        return self.arms + [f"{REPEAT}{i}" for i in range(2, job.repeats + 1)]
+        return self.arms + [repeat_arm(i) for i in range(2, job.repeats + 1)]
 
     def fingerprints(self, job: Job) -> tuple[dict[str, str], tuple[int, int] | None]:
         """Fingerprint per arm, and the geometry the image is sent at."""
@@ -124,9 +121,15 @@ class QuestionRunner:
         result = ItemResult(job.question, prompt=job.prompt)
         try:
             fps, size = self.fingerprints(job)
-            result.fingerprints = fps
+            result.fingerprints, result.sent_size = fps, size
         except ImageError as exc:
+            # An unreadable image has no sha256 to fingerprint by; its error rows are kept
+            # under a fingerprint that no answer can have, so the question stays in every
+            # denominator of this run and is asked afresh once the file is readable.
             for arm in self.arms_for(job):
+                fp = f"unreadable-image:{arm}"
+                result.fingerprints[arm] = fp
+                self.store.put(self._error_row(job, arm, fp, str(exc)))
                 result.arms[arm] = ArmResult(arm, "error", error=str(exc))
             done.set_result(result)
             return done
@@ -218,6 +221,7 @@ class QuestionRunner:
                 attempts=answer.attempts,
                 image_sha256=arm_image.sha256 if arm_image else None,
                 image_tokens=arm_image.tokens if arm_image else None,
+                run_id=self.run_id,
             )
         )
         return ArmResult(
@@ -237,7 +241,7 @@ class QuestionRunner:
         return AnswerRow(
             nodeid=job.nodeid, arm=arm, fingerprint=fp, status="error",
             benchmark=job.question.benchmark, question_key=job.question.key,
-            image_id=job.question.image.id, error=error,
+            image_id=job.question.image.id, error=error, run_id=self.run_id,
         )
 
     def close(self) -> None:

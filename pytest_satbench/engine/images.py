@@ -24,23 +24,12 @@ from dataclasses import dataclass, field
 from PIL import Image, UnidentifiedImageError
 
 from pytest_satbench.codecs.base import Codec
+from pytest_satbench.core.arms import ORIG
 from pytest_satbench.core.question import ImageRef
 from pytest_satbench.engine.fingerprint import PIPELINE_VERSION
 from pytest_satbench.engine.store import ImageInfo, ResultStore
 
-ORIG = "orig"
-BLIND = "blind"
-REPEAT = "orig~"  # orig~2, orig~3...: the original asked again (--repeat-orig noise floor)
 SEND_QUALITY = 95
-
-
-def is_repeat(arm: str) -> bool:
-    return arm.startswith(REPEAT)
-
-
-def image_arm(arm: str) -> str:
-    """Which prepared image an arm sends: repeats send the original's bytes."""
-    return ORIG if is_repeat(arm) else arm
 
 
 class ImageError(Exception):

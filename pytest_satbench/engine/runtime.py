@@ -1,160 +1,161 @@
-"""What exists only while items run on this process: the server pool, the image pipeline
-with its codecs, the results store, the question runner and the look-ahead feeding it.
+"""What exists only while questions are asked in this process: the server pool, the image
+pipeline with its codecs, the results store, the question runner and the look-ahead feeding
+it.
 
-Started by the session when there are question items to run (or a public fixture asks),
-closed at the end of the run loop. On an xdist controller nothing is started: the
-workers run the items.
+Built from a `RuntimeConfig` (never from pytest's objects) and closed with everything it
+opened, on every path: what `start` opens goes on an `ExitStack` at once, so a failure
+half-way (a server down, a bad checkpoint, a protocol conflict) closes what was already open.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-import time
-from typing import TYPE_CHECKING, Any
-
-import pytest
+import contextlib
+from collections.abc import Iterable
+from concurrent.futures import Future
+from typing import Protocol
 
 from pytest_satbench.codecs.base import build_codecs
 from pytest_satbench.core import prompts
 from pytest_satbench.core.question import Question
+from pytest_satbench.core.records import ServerTraffic
 from pytest_satbench.core.scoring import ScoreOptions
 from pytest_satbench.engine.answering import ItemResult, Job, QuestionRunner
 from pytest_satbench.engine.client import ModelMismatch, ServerPool, ServerUnavailable
+from pytest_satbench.engine.config import RuntimeConfig
 from pytest_satbench.engine.fingerprint import AskSettings
 from pytest_satbench.engine.images import ImagePipeline
-from pytest_satbench.engine.lookahead import LookAhead, worker_upcoming
-from pytest_satbench.engine.provenance import protocol_conflict, run_protocol
+from pytest_satbench.engine.lookahead import LookAhead
+from pytest_satbench.engine.provenance import protocol_conflict
 from pytest_satbench.engine.store import ResultStore
-from pytest_satbench.plugin.items import QuestionItem
 
-if TYPE_CHECKING:
-    from pytest_satbench.plugin.session import SatbenchSession
+
+class Askable(Protocol):
+    """What the runtime needs of an item: its store key and its question."""
+
+    @property
+    def nodeid(self) -> str: ...
+
+    question: Question
+
+
+class StartError(Exception):
+    """The run cannot start; one line saying what to do (the plugin shows it as a usage error)."""
 
 
 class Runtime:
-    """What exists only while items run on this process: servers, codecs, store."""
+    """Servers, codecs, store and look-ahead for one process; use `start`, then `close`."""
 
-    def __init__(self) -> None:
-        self.lookahead: LookAhead[QuestionItem, ItemResult]
-        self.runner: QuestionRunner
-        self.pool: Any
-        self.images: ImagePipeline
+    def __init__(self, cfg: RuntimeConfig, stack: contextlib.ExitStack) -> None:
+        self.cfg = cfg
+        self._stack = stack
+        self.model: str = ""
+        self.pool: ServerPool
         self.store: ResultStore
+        self.images: ImagePipeline
+        self.runner: QuestionRunner
+        self.lookahead: LookAhead[Askable, ItemResult] | None = None
 
     @classmethod
-    def start(cls, owner: SatbenchSession, session: pytest.Session, items: list[QuestionItem]) -> Runtime:
-
-        s = owner.settings
-        self = cls()
-        self.stopped = threading.Event()
-        urls = list(s.servers)
-        if s.builtin_server:
-            url = getattr(owner.config, "workerinput", {}).get("satbench_builtin_url")
-            if url is None:
-                from pytest_satbench.server import start_server
-
-                owner._builtin = start_server()
-                url = owner._builtin.url
-            urls = [url]
-        if not urls:
-            raise pytest.UsageError(
-                "satbench: benchmark items need servers: pass --servers http://HOST:PORT[,...] or --servers builtin"
+    def start(cls, cfg: RuntimeConfig, upcoming: Iterable[Askable] | None = None) -> Runtime:
+        """Open everything; `upcoming`: the items this process will run, in order, for the
+        look-ahead (None: questions are only asked on demand, as the public fixtures do)."""
+        if not cfg.urls:
+            raise StartError(
+                "benchmark items need servers: pass --servers http://HOST:PORT[,...] or --servers builtin"
             )
-        # --concurrency is for the whole run: xdist workers share it
-        workers = int(getattr(owner.config, "workerinput", {}).get("workercount", 1) or 1)
-        concurrency = max(1, s.concurrency // workers)
-        self.pool = ServerPool(
-            urls, timeout=s.request_timeout, retries=s.retries, concurrency=concurrency, api_key=s.api_key
-        )
-        try:
-            self.pool.health_check()
-            model = self.pool.resolve_model(s.model)
-        except (ServerUnavailable, ModelMismatch) as exc:
-            self.pool.close()
-            raise pytest.UsageError(f"satbench: {exc}") from None
-        owner.summary.model = model
-        self.store = ResultStore(owner._cache_dir("satbench") / "results.sqlite")
-        disk_cache = None
-        try:
-            from pytest_satbench.engine.diskcache import DiskCache
-
-            disk_cache = DiskCache(owner._cache_dir("satbench-recon"), max_bytes=int(os.environ.get("SATBENCH_RECON_CACHE_BYTES", 20 * 2**30)))
-        except ImportError:
-            pass
-        try:
-            codecs = build_codecs(s.arms)
-        except Exception as exc:  # a bad checkpoint: one line naming the file
-            self.pool.close()
-            raise pytest.UsageError(f"satbench: {exc}") from None
-        self.images = ImagePipeline(codecs, store=self.store, cache_images=s.cache_images, disk_cache=disk_cache)
-        proto = run_protocol(owner, model, urls)
-        proto["codec_identity"] = {a: self.images.codec_identity(a) for a in self.images.arms if self.images.codec_identity(a)}
-        if not s.allow_protocol_change:
-            problem = protocol_conflict(self.store, s.tag, owner.run_id, proto)
-            if problem:
-                self.pool.close()
-                self.images.close()
-                raise pytest.UsageError(f"satbench: {problem}")
-        self.store.start_run(owner.run_id, s.tag, proto)
-        settings = AskSettings(model=model, max_tokens=s.max_new, temperature=0.0, prompt_style=s.prompt_style)
-        box_grid = s.box_grid or prompts.default_box_grid(s.prompt_style)
-
-        def score_options(q: Question, size: tuple[int, int] | None) -> ScoreOptions:
-            return ScoreOptions(box_grid=box_grid, iou=s.iou, image_size=size)
-
-        self.runner = QuestionRunner(
-            pool=self.pool, images=self.images, store=self.store, settings=settings,
-            score_options=score_options, blind=s.blind, fresh=s.fresh, concurrency=concurrency,
-        )
-        style = s.prompt_style
-
-        def job(item: QuestionItem) -> Job:
-            q = item.question
-            repeats = s.repeat_orig if (q.benchmark, q.key) in owner.repeat_keys else 0
-            return Job(item.nodeid, q, prompts.render(q, style), repeats)
-
-        upcoming: Any
-        interactor = _xdist_interactor(owner.config)
-        if interactor is not None:
-            all_items = session.items
-            wanted = {id(i) for i in items}
-
-            def snapshot() -> list[Any] | None:
-                try:
-                    with interactor.torun.lock() as queue:
-                        return list(queue)
-                except Exception:
-                    return None
-
-            upcoming = (
-                i for i in worker_upcoming(snapshot, all_items, self.stopped.is_set) if id(i) in wanted
-            )
-        else:
-            upcoming = iter(items)
-        self.lookahead = LookAhead(
-            upcoming,
-            submit=lambda item: self.runner.submit(job(item)),
-            key=lambda item: item.nodeid,
-            window=max(2 * concurrency, 8),
-        )
-        self.lookahead.start()
-        self.started = time.monotonic()
+        with contextlib.ExitStack() as stack:
+            self = cls(cfg, stack)
+            self._open(upcoming)
+            self._stack = stack.pop_all()  # success: closing is now `close`'s job
         return self
 
+    def _open(self, upcoming: Iterable[Askable] | None) -> None:
+        cfg, stack = self.cfg, self._stack
+        self.pool = ServerPool(
+            list(cfg.urls), timeout=cfg.request_timeout, retries=cfg.retries,
+            concurrency=cfg.concurrency, api_key=cfg.api_key,
+        )
+        stack.callback(self.pool.close)
+        try:
+            self.pool.health_check()
+            self.model = self.pool.resolve_model(cfg.model)
+        except (ServerUnavailable, ModelMismatch) as exc:
+            raise StartError(str(exc)) from None
+        self.store = ResultStore(cfg.store_path)
+        stack.callback(self.store.close)
+        try:
+            codecs = build_codecs(cfg.arms)
+        except Exception as exc:  # a bad checkpoint: one line naming the file
+            raise StartError(str(exc)) from None
+        self.images = ImagePipeline(
+            codecs, store=self.store, cache_images=cfg.cache_images, disk_cache=self._disk_cache(),
+        )
+        stack.callback(self.images.close)
+        proto = cfg.protocol(self.model)
+        proto["codec_identity"] = {
+            a: self.images.codec_identity(a) for a in self.images.arms if self.images.codec_identity(a)
+        }
+        if not cfg.allow_protocol_change:
+            problem = protocol_conflict(self.store, cfg.tag, cfg.run_id, proto)
+            if problem:
+                raise StartError(problem)
+        self.store.start_run(cfg.run_id, cfg.tag, proto)
+        # Whatever the client sent is kept with the run (reports show attempts, failures and
+        # retries per server); written before the store closes, on every path.
+        stack.callback(self._record_traffic)
+        settings = AskSettings(model=self.model, max_tokens=cfg.max_new, temperature=0.0, prompt_style=cfg.prompt_style)
+        box_grid = cfg.box_grid or prompts.default_box_grid(cfg.prompt_style)
+        options: dict[str, ScoreOptions] = {}
+
+        def score_options(q: Question, size: tuple[int, int] | None) -> ScoreOptions:
+            base = options.get(q.benchmark)
+            if base is None:
+                base = options[q.benchmark] = ScoreOptions(
+                    box_grid=box_grid, iou=cfg.iou, views=cfg.score_views.get(q.benchmark, frozenset()),
+                )
+            return ScoreOptions(base.box_grid, base.iou, size, base.views) if size else base
+
+        self.runner = QuestionRunner(
+            run_id=cfg.run_id, pool=self.pool, images=self.images, store=self.store, settings=settings,
+            score_options=score_options, blind=cfg.blind, fresh=cfg.fresh, concurrency=cfg.concurrency,
+        )
+        stack.callback(self.runner.close)
+        if upcoming is not None:
+            self.lookahead = LookAhead(
+                upcoming, submit=lambda item: self.runner.submit(self.job(item)),
+                key=lambda item: item.nodeid, window=max(2 * cfg.concurrency, 8),
+            )
+            stack.callback(self.lookahead.stop)
+            self.lookahead.start()
+
+    def _disk_cache(self) -> object | None:
+        if self.cfg.recon_cache_dir is None:
+            return None
+        from pytest_satbench.engine.diskcache import DiskCache
+
+        return DiskCache(self.cfg.recon_cache_dir, max_bytes=self.cfg.recon_cache_bytes)
+
+    def _record_traffic(self) -> None:
+        traffic = [
+            ServerTraffic(u.server, u.requests, u.answered, u.failures, u.retries)
+            for u in self.pool.usage().values()
+        ]
+        self.store.put_traffic(self.cfg.run_id, self.cfg.process, traffic)
+
+    def job(self, item: Askable) -> Job:
+        q = item.question
+        repeats = self.cfg.repeat_orig if (q.benchmark, q.key) in self.cfg.repeat_keys else 0
+        return Job(item.nodeid, q, prompts.render(q, self.cfg.prompt_style), repeats)
+
+    def result(self, item: Askable) -> ItemResult:
+        """The item's answers in every arm: ready if the look-ahead got there first."""
+        if self.lookahead is None:
+            return self.runner.submit(self.job(item)).result()
+        return self.lookahead.result(item)
+
+    def ask(self, nodeid: str, question: Question) -> Future[ItemResult]:
+        """Ask one question in every arm, through the store (the public fixture's route)."""
+        return self.runner.submit(Job(nodeid, question, prompts.render(question, self.cfg.prompt_style)))
+
     def close(self) -> None:
-        self.stopped.set()
-        self.lookahead.stop()
-        self.runner.close()
-        self.pool.close()
-        self.images.close()
-        self.store.close()
-
-
-def _xdist_interactor(config: pytest.Config) -> Any:
-    if not hasattr(config, "workerinput"):
-        return None
-    for plugin in config.pluginmanager.get_plugins():
-        if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
-            return plugin
-    return None
+        self._stack.close()

@@ -25,6 +25,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from pytest_satbench.core.records import AnswerRow, ServerTraffic
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
     nodeid TEXT NOT NULL,
@@ -50,6 +52,7 @@ CREATE TABLE IF NOT EXISTS answers (
     image_tokens INTEGER,
     error TEXT,
     created REAL NOT NULL,
+    run_id TEXT,
     PRIMARY KEY (nodeid, arm, fingerprint)
 );
 CREATE TABLE IF NOT EXISTS runs (
@@ -67,6 +70,16 @@ CREATE TABLE IF NOT EXISTS run_items (
     fingerprints TEXT NOT NULL,
     PRIMARY KEY (run_id, nodeid)
 );
+CREATE TABLE IF NOT EXISTS run_traffic (
+    run_id TEXT NOT NULL,
+    process TEXT NOT NULL,
+    server TEXT NOT NULL,
+    requests INTEGER NOT NULL,
+    answered INTEGER NOT NULL,
+    failures INTEGER NOT NULL,
+    retries INTEGER NOT NULL,
+    PRIMARY KEY (run_id, process, server)
+);
 CREATE TABLE IF NOT EXISTS image_info (
     path TEXT PRIMARY KEY,
     size_bytes INTEGER NOT NULL,
@@ -76,33 +89,6 @@ CREATE TABLE IF NOT EXISTS image_info (
     height INTEGER NOT NULL
 );
 """
-
-
-@dataclass(slots=True)
-class AnswerRow:
-    nodeid: str
-    arm: str
-    fingerprint: str
-    status: str  # "ok" | "error"
-    benchmark: str
-    question_key: str
-    image_id: str
-    text: str | None = None
-    extracted: str | None = None
-    correct: bool | None = None
-    parsed: bool | None = None
-    finish_reason: str | None = None
-    latency_s: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost: float | None = None
-    model: str | None = None
-    server: str | None = None
-    attempts: int | None = None
-    image_sha256: str | None = None
-    image_tokens: int | None = None
-    error: str | None = None
-    created: float = 0.0
 
 
 _COLUMNS = [f.name for f in fields(AnswerRow)]
@@ -145,7 +131,11 @@ class ResultStore:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
-        self._conn().executescript(SCHEMA)
+        conn = self._conn()
+        conn.executescript(SCHEMA)
+        # stores written before answers recorded the run that asked them
+        if "run_id" not in {r[1] for r in conn.execute("PRAGMA table_info(answers)")}:
+            conn.execute("ALTER TABLE answers ADD COLUMN run_id TEXT")
         self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
@@ -293,9 +283,31 @@ class ResultStore:
             wait=False,
         )
 
+    def put_traffic(self, run_id: str, process: str, traffic: Sequence[ServerTraffic]) -> None:
+        """What one process's client sent to each server during the run (replaces its last
+        snapshot: a process writes it when it stops)."""
+        for t in traffic:
+            self._write(
+                "INSERT OR REPLACE INTO run_traffic VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, process, t.server, t.requests, t.answered, t.failures, t.retries),
+                wait=False,
+            )
+        self.flush()
+
+    def traffic(self, run_id: str) -> dict[str, ServerTraffic]:
+        """Per server, summed over the run's processes (xdist workers)."""
+        self.flush()
+        out: dict[str, ServerTraffic] = {}
+        for server, *counts in self._conn().execute(
+            "SELECT server, SUM(requests), SUM(answered), SUM(failures), SUM(retries) "
+            "FROM run_traffic WHERE run_id=? GROUP BY server ORDER BY server", (run_id,)
+        ):
+            out[server] = ServerTraffic(server, *(int(c) for c in counts))
+        return out
+
     def runs(self, tag: str | None = None) -> list[dict[str, object]]:
-        self.flush()  # this process's queued writes first
         """Runs, newest first: run_id, tag, started, finished, protocol (dict)."""
+        self.flush()  # this process's queued writes first
         sql = "SELECT run_id, tag, started, finished, protocol FROM runs"
         args: tuple[str, ...] = ()
         if tag:

@@ -1,25 +1,23 @@
 """pytest entry point (`pytest11: satbench`): options and hooks only.
 
-Behaviour lives in modules named for one concern: `options` (validation), `collection`
-(questions as items), `session` (the per-run state object, registered here as a plugin),
-`scheduling` (look-ahead), `answering`, `images`, `client`, `scoring`, `store`, `outcomes`,
-`summary`, `xdist_scheduling`.
+Installing the plugin must cost nothing in pytest runs that use no benchmark, so this
+module imports pytest and the light option table only; the session object (registered
+here as a plugin) imports the engine, numpy, PIL and SQLite where a benchmark runs.
+
+Behaviour lives in modules named for one concern: `options` (the option table), `items`
+(questions as items, -k before loading), `session` (the per-run state object), `protocol`
+(the lean per-item run protocol), `outcomes` (letters and verdicts), `terminal` (the
+summary), `xdist` (hooks and the image-group scheduler), `fixtures` (public fixtures).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from pytest_satbench.core import prompts
-from pytest_satbench.core.question import Question
-from pytest_satbench.engine.answering import ItemResult, Job
-from pytest_satbench.engine.client import ServerPool
-from pytest_satbench.engine.images import ImagePipeline
-from pytest_satbench.plugin.items import SESSION_KEY
+from pytest_satbench.plugin.fixtures import satbench_ask, satbench_images, satbench_model, satbench_servers
 from pytest_satbench.plugin.options import add_options, parse_settings
-from pytest_satbench.plugin.session import SatbenchSession
+
+__all__ = ["satbench_ask", "satbench_images", "satbench_model", "satbench_servers"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -28,6 +26,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
+    from pytest_satbench.plugin.items import SESSION_KEY
+    from pytest_satbench.plugin.session import SatbenchSession
+
     settings = parse_settings(config)
     state = SatbenchSession(config, settings)
     config.stash[SESSION_KEY] = state
@@ -42,39 +43,3 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_satbench.plugin.xdist import XdistHooks
 
         config.pluginmanager.register(XdistHooks(config), "satbench-xdist")
-
-
-# ---------------------------------------------------------------------- public fixtures
-# For users writing their own benchmark tests: the same servers, reconstruction arms (with
-# the single-flight per-image cache) and results store the benchmark items use.
-
-
-@pytest.fixture(scope="session")
-def satbench_servers(request: pytest.FixtureRequest) -> ServerPool:
-    """The health-checked server pool (`ask(model=, prompt=, image_jpeg=, max_tokens=)`)."""
-    return request.config.stash[SESSION_KEY].runtime(request.session).pool
-
-
-@pytest.fixture(scope="session")
-def satbench_model(request: pytest.FixtureRequest) -> str:
-    """The model id every request asks for (--model, or the one the servers list)."""
-    return request.config.stash[SESSION_KEY].runtime(request.session).runner.settings.model
-
-
-@pytest.fixture(scope="session")
-def satbench_images(request: pytest.FixtureRequest) -> ImagePipeline:
-    """The reconstruction arms: `get(ImageRef) -> Future[PreparedImage]` with JPEG bytes per arm."""
-    return request.config.stash[SESSION_KEY].runtime(request.session).images
-
-
-@pytest.fixture
-def satbench_ask(request: pytest.FixtureRequest) -> Callable[[Question], ItemResult]:
-    """Ask a `Question` in every arm, through the store (answers are reused on reruns)."""
-    runtime = request.config.stash[SESSION_KEY].runtime(request.session)
-    nodeid = request.node.nodeid
-
-    def ask(question: Question, timeout: float | None = None) -> ItemResult:
-        prompt = prompts.render(question, runtime.runner.settings.prompt_style)
-        return runtime.runner.submit(Job(f"{nodeid}::{question.key}", question, prompt)).result(timeout)
-
-    return ask

@@ -25,15 +25,13 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pytest
 from _pytest.mark.expression import Expression
 
 from pytest_satbench.core.question import Question
-
-if TYPE_CHECKING:
-    from pytest_satbench.plugin.session import SatbenchSession
+from pytest_satbench.plugin.options import Settings
 
 _MARK = "__satbench_benchmark__"
 
@@ -66,6 +64,24 @@ def benchmark_of(obj: object) -> str | None:
 class QuestionFailed(Exception):
     """The item failed (an arm errored, or a regression under --fail-on regression).
     Reported as one line, without a Python traceback."""
+
+
+class DatasetErrorItem(pytest.Item):
+    """Stands in for a benchmark whose files are malformed: one failed item with the
+    one-line reason, so the other benchmarks still run."""
+
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        raise QuestionFailed(self.message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.name
 
 
 class _NoParams:
@@ -113,12 +129,8 @@ class QuestionItem(pytest.Item):
                 extra.update(words)
         return extra
 
-    @property
-    def satbench(self) -> SatbenchSession:
-        return self.config.stash[SESSION_KEY]
-
     def runtest(self) -> None:
-        self.satbench.run_item(self)
+        self.config.stash[SESSION_KEY].run_item(self)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
         if isinstance(excinfo.value, QuestionFailed):
@@ -129,7 +141,15 @@ class QuestionItem(pytest.Item):
         return self.path, None, f"{self.question.benchmark}[{self.question.key}]"
 
 
-SESSION_KEY = pytest.StashKey["SatbenchSession"]()
+class ItemRunner(Protocol):
+    """What an item needs of the plugin's session object (`session.SatbenchSession`)."""
+
+    settings: Settings
+
+    def run_item(self, item: QuestionItem) -> None: ...
+
+
+SESSION_KEY = pytest.StashKey[ItemRunner]()
 
 
 def make_items(collector: pytest.Collector, name: str, questions: Iterable[Question]) -> list[QuestionItem]:

@@ -15,11 +15,10 @@ answers are results, not failures: they are never retried.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from pytest_satbench.engine.answering import ItemResult
-from pytest_satbench.engine.images import BLIND, ORIG, is_repeat
+from pytest_satbench.core.arms import ORIG, is_recon
 
 SAME, REGRESSED, IMPROVED, WRONG, CORRECT, ERROR = "same", "regressed", "improved", "wrong", "correct", "error"
 
@@ -36,10 +35,6 @@ def classify(result: ItemResult) -> str:
     if not orig and any(a.correct for a in recon):
         return IMPROVED
     return SAME
-
-
-def is_recon(arm: str) -> bool:
-    return arm not in (ORIG, BLIND) and not is_repeat(arm)
 
 
 def failure_message(result: ItemResult) -> str:
@@ -61,32 +56,6 @@ def _short(a: Any) -> str:
     text = a.score.extracted if a.score is not None else (a.text or "")
     text = " ".join(str(text).split())
     return repr(text[:60] + ("..." if len(text) > 60 else ""))
-
-
-@dataclass(frozen=True, slots=True)
-class ArmPayload:
-    arm: str
-    status: str
-    correct: bool
-    parsed: bool
-    truncated: bool
-    from_store: bool
-    views: dict[str, float]
-
-
-def payload(result: ItemResult, reported_types: list[str], chance: float | None) -> dict[str, Any]:
-    """Plain builtins only: the payload travels from xdist workers on the test report and
-    stays in memory for every item, so it is kept small."""
-    q = result.question
-    arms = []
-    for name, a in result.arms.items():
-        views = dict(a.score.views) if (a.score is not None and a.score.views) else {}
-        arms.append([name, a.status, a.correct, bool(a.score and a.score.parsed), a.truncated, a.from_store, views])
-    return {"b": q.benchmark, "k": q.key, "img": q.image.id, "t": reported_types, "chance": chance, "arms": arms}
-
-
-def arms_of(data: dict[str, Any]) -> dict[str, ArmPayload]:
-    return {row[0]: ArmPayload(*row) for row in data["arms"]}
 
 
 _STATUS = {

@@ -1,29 +1,29 @@
-"""The plugin's state for one pytest run: settings, servers, images, store, look-ahead.
+"""The plugin's state for one pytest run: settings, the engine's runtime, and the end of run.
 
-Registered as a plugin object by `plugin.py` (the pytest-xdist / pytest-benchmark
+Registered as a plugin object by `plugin/__init__.py` (the pytest-xdist / pytest-benchmark
 pattern), so its hooks are methods and nothing lives in module globals. On an xdist
-controller it only collects reports and renders the summary; items run on the workers.
+controller nothing is started: the workers run the items, and the controller computes the
+summary, gates and reports from the store once they are done.
+
+This module is imported at every pytest start-up where the plugin is installed: what it
+imports at the top stays light (pytest and the standard library); the engine, the store,
+numpy and PIL are imported where a benchmark actually runs.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_satbench.core import gates
-from pytest_satbench.core.question import chance
-from pytest_satbench.datasets import registry
-from pytest_satbench.datasets.cache import load_questions
-from pytest_satbench.datasets.registry import DatasetError, LoadRequest, repeat_sample
-from pytest_satbench.engine.answering import ItemResult
-from pytest_satbench.engine.provenance import dataset_hashes, question_record
-from pytest_satbench.engine.runtime import Runtime
-from pytest_satbench.engine.store import ResultStore
 from pytest_satbench.plugin.items import (
+    DatasetErrorItem,
     QuestionFailed,
     QuestionItem,
     benchmark_of,
@@ -31,55 +31,37 @@ from pytest_satbench.plugin.items import (
     make_items,
 )
 from pytest_satbench.plugin.options import Settings
-from pytest_satbench.plugin.outcomes import (
-    ERROR,
-    REGRESSED,
-    classify,
-    failure_message,
-    payload,
-    regression_message,
-    teststatus,
-)
+from pytest_satbench.plugin.outcomes import ERROR, REGRESSED, classify, failure_message, regression_message, teststatus
 from pytest_satbench.plugin.protocol import run_question_item
-from pytest_satbench.plugin.terminal import SummaryCollector
 
-
-class DatasetErrorItem(pytest.Item):
-    """Stands in for a benchmark whose files are malformed: one failed item with the
-    one-line reason, so the other benchmarks still run."""
-
-    def __init__(self, *, message: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.message = message
-
-    def runtest(self) -> None:
-        raise QuestionFailed(self.message)
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
-        return str(excinfo.value)
-
-    def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, self.name
+if TYPE_CHECKING:
+    from pytest_satbench.core.gates import GateResult
+    from pytest_satbench.core.results import BenchmarkResult
+    from pytest_satbench.engine.config import RuntimeConfig
+    from pytest_satbench.engine.runtime import Runtime
+    from pytest_satbench.server import RunningServer
 
 
 class SatbenchSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
         self.settings = settings
-        self.is_worker = hasattr(config, "workerinput")
-        self.summary = SummaryCollector(settings, iterations=settings.bootstrap)
+        workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+        self.is_worker = bool(workerinput)
+        self.run_id: str = workerinput.get("satbench_run_id") or uuid.uuid4().hex[:16]
         self.left_out: list[str] = []
         self.not_loaded: list[str] = []
-        self._runtime: Runtime | None = None
-        self._builtin = None
-        self._results: dict[str, ItemResult] = {}
-        workerinput = getattr(config, "workerinput", {})
-        self.run_id: str = workerinput.get("satbench_run_id") or uuid.uuid4().hex[:16]
         self.dataset_hashes: dict[str, dict[str, str]] = {}
+        self.score_views: dict[str, frozenset[str]] = {}
         self.repeat_keys: set[tuple[str, str]] = set()
-        self.gate_results: list[gates.GateResult] = []
+        self.results: list[BenchmarkResult] = []
+        self.gate_results: list[GateResult] = []
         self.report_dirs: list[Path] = []
         self.report_error: str | None = None
+        self._runtime: Runtime | None = None
+        self._builtin: RunningServer | None = None
+        self._outcomes: dict[str, str] = {}  # node id -> outcome, from runtest to its report
+        self._stopped = threading.Event()
 
     # ------------------------------------------------------------------ collection
     @pytest.hookimpl(tryfirst=True)
@@ -87,6 +69,8 @@ class SatbenchSession:
         bench_name = benchmark_of(obj)
         if bench_name is None:
             return None
+        from pytest_satbench.datasets import registry
+
         try:
             bench = registry.get(bench_name)
         except KeyError as exc:
@@ -106,6 +90,13 @@ class SatbenchSession:
             src = f" (data root from {self.settings.data_root_source})" if self.settings.data_root_source else ""
             self._leave_out(f"{bench_name} left out, not found: {', '.join(map(str, missing))}{src}")
             return []
+        return self._load(collector, name, bench, root)
+
+    def _load(self, collector: pytest.Collector, name: str, bench: Any, root: Path) -> list[pytest.Item]:
+        from pytest_satbench.datasets.cache import load_questions
+        from pytest_satbench.datasets.registry import DatasetError, LoadRequest
+        from pytest_satbench.datasets.selection import repeat_sample
+
         # Loading and building 222k items allocates millions of objects that all live to the
         # end of the session; the cyclic GC would rescan the growing heap again and again
         # (a third of the collection time at RSVQA-HR scale). Nothing here makes cycles.
@@ -117,15 +108,20 @@ class SatbenchSession:
             except DatasetError as exc:
                 return [DatasetErrorItem.from_parent(collector, name=name, message=str(exc))]
             if self.settings.servers or self.settings.builtin_server:
-                self.dataset_hashes[bench_name] = dataset_hashes(bench, root)
+                from pytest_satbench.engine.provenance import dataset_hashes
+
+                self.dataset_hashes[bench.name] = dataset_hashes(bench.requires, root)
+            self.score_views[bench.name] = bench.score_views
             if self.settings.repeat_orig:
                 self.repeat_keys |= repeat_sample(questions, self.settings.repeat_sample)
-            return make_items(collector, name, questions)
+            return list(make_items(collector, name, questions))
         finally:
             if gc_was_enabled:
                 gc.enable()
 
     def _keyword_selects(self, collector: pytest.Collector, name: str) -> bool:
+        from pytest_satbench.datasets import registry
+
         keyword = self.config.option.keyword
         if not keyword:
             return True
@@ -152,6 +148,10 @@ class SatbenchSession:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    @property
+    def store_path(self) -> Path:
+        return self._cache_dir("satbench") / "results.sqlite"
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # 222k collected items are never freed before the end: keep the cyclic GC off them
         # (a full collect first would cost 0.2 s at that size and find almost nothing).
@@ -163,12 +163,75 @@ class SatbenchSession:
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
         items = [i for i in session.items if isinstance(i, QuestionItem)]
         if items and not self._is_controller() and not session.config.option.collectonly:
-            self._runtime = Runtime.start(self, session, items)
+            self._start(self._upcoming(session, items))
         try:
             return (yield)
         finally:
+            self._stopped.set()
             if self._runtime is not None:
                 self._runtime.close()
+
+    def _start(self, upcoming: Iterator[QuestionItem] | None) -> Runtime:
+        from pytest_satbench.engine.runtime import Runtime, StartError
+
+        try:
+            self._runtime = Runtime.start(self._runtime_config(), upcoming)
+        except StartError as exc:
+            raise pytest.UsageError(f"satbench: {exc}") from None
+        return self._runtime
+
+    def _runtime_config(self) -> RuntimeConfig:
+        from pytest_satbench.engine.config import RuntimeConfig
+
+        s = self.settings
+        workerinput: dict[str, Any] = getattr(self.config, "workerinput", {})
+        urls: tuple[str, ...] = s.servers
+        if s.builtin_server:
+            url = workerinput.get("satbench_builtin_url") or self._builtin_server().url
+            urls = (url,)
+        # --concurrency is for the whole run: xdist workers share it
+        workers = int(workerinput.get("workercount", 1) or 1)
+        return RuntimeConfig(
+            run_id=self.run_id, tag=s.tag, urls=urls, store_path=self.store_path,
+            recon_cache_dir=self._cache_dir("satbench-recon"),
+            recon_cache_bytes=int(os.environ.get("SATBENCH_RECON_CACHE_BYTES", 20 * 2**30)),
+            arms=s.arms, model=s.model, max_new=s.max_new, prompt_style=s.prompt_style,
+            box_grid=s.box_grid, iou=s.iou, blind=s.blind, fresh=s.fresh,
+            concurrency=max(1, s.concurrency // workers), cache_images=s.cache_images,
+            request_timeout=s.request_timeout, retries=s.retries, api_key=s.api_key,
+            allow_protocol_change=s.allow_protocol_change, repeat_orig=s.repeat_orig,
+            repeat_keys=frozenset(self.repeat_keys), score_views=dict(self.score_views),
+            process=str(workerinput.get("workerid", "main")),
+            command=("pytest", *self.config.invocation_params.args),
+            servers_shown=("builtin reference server",) if s.builtin_server else (),
+            dataset_hashes=self.dataset_hashes, limit=s.limit,
+        )
+
+    def _builtin_server(self) -> RunningServer:
+        if self._builtin is None:
+            from pytest_satbench.server import start_server
+
+            self._builtin = start_server()
+        return self._builtin
+
+    def _upcoming(self, session: pytest.Session, items: list[QuestionItem]) -> Iterator[QuestionItem]:
+        """The question items this process will run, in order, for the look-ahead: under
+        xdist the ones the controller has sent this worker so far."""
+        interactor = _xdist_interactor(self.config)
+        if interactor is None:
+            return iter(items)
+        from pytest_satbench.engine.lookahead import worker_upcoming
+
+        wanted = {id(i) for i in items}
+
+        def snapshot() -> list[Any] | None:
+            try:
+                with interactor.torun.lock() as queue:
+                    return list(queue)
+            except Exception:
+                return None
+
+        return (i for i in worker_upcoming(snapshot, session.items, self._stopped.is_set) if id(i) in wanted)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
@@ -176,26 +239,25 @@ class SatbenchSession:
             return run_question_item(item, nextitem)
         return None  # pytest's own protocol
 
-    def runtime(self, session: pytest.Session) -> Runtime:
-        """Servers, images and store, started on first use (the public fixtures use this)."""
-        if self._runtime is None:
-            self._runtime = Runtime.start(self, session, [])
-        return self._runtime
+    def runtime(self) -> Runtime:
+        """The engine, started on first use (the public fixtures use this)."""
+        return self._runtime if self._runtime is not None else self._start(None)
 
     def _is_controller(self) -> bool:
         dsession = self.config.pluginmanager.get_plugin("dsession")
         return dsession is not None and not self.is_worker
 
     def run_item(self, item: QuestionItem) -> None:
+        from pytest_satbench.core.results import question_record
+
         assert self._runtime is not None, "satbench runtime not started"
-        result = self._runtime.lookahead.result(item)
-        self._results[item.nodeid] = result
-        if result.fingerprints:
-            self._runtime.store.record_item(
-                self.run_id, item.nodeid, item.question.benchmark, question_record(item.question, result.prompt),
-                result.fingerprints,
-            )
+        result = self._runtime.result(item)
+        self._runtime.store.record_item(
+            self.run_id, item.nodeid, item.question.benchmark,
+            question_record(item.question, result.prompt, result.sent_size), result.fingerprints,
+        )
         outcome = classify(result)
+        self._outcomes[item.nodeid] = outcome
         if outcome == ERROR:
             raise QuestionFailed(failure_message(result))
         if outcome == REGRESSED and self.settings.fail_on == "regression":
@@ -205,12 +267,10 @@ class SatbenchSession:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         rep = yield
         if call.when == "call" and isinstance(item, QuestionItem):
-            result = self._results.pop(item.nodeid, None)
-            if result is not None:
-                bench = registry.get(item.question.benchmark)
-                types = [bench.reported_type(t) for t in item.question.types]
-                rep.satbench = payload(result, types, chance(item.question))
-                rep.satbench_outcome = classify(result)
+            # only the outcome travels to an xdist controller: the numbers come from the store
+            outcome = self._outcomes.pop(item.nodeid, None)
+            if outcome is not None:
+                rep.satbench_outcome = outcome
         return rep
 
     @pytest.hookimpl(tryfirst=True)
@@ -220,53 +280,52 @@ class SatbenchSession:
             return None
         return teststatus(outcome, report.failed)
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "call" and not self.is_worker:
-            data = getattr(report, "satbench", None)
-            if data is not None:
-                self.summary.add(data)
-
     # ------------------------------------------------------------------ reporting
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings
         if not (s.servers or s.builtin_server):
             return []
+        from pytest_satbench.core.arms import BLIND, ORIG
+
         servers = "builtin reference server" if s.builtin_server else ", ".join(s.servers)
-        arms = ", ".join(["orig"] + [a.canonical for a in s.arms] + (["blind"] if s.blind else []))
+        arms = ", ".join([ORIG] + [a.canonical for a in s.arms] + ([BLIND] if s.blind else []))
         root = f"{s.data_root} ({s.data_root_source})" if s.data_root else "none"
         return [f"satbench: servers: {servers}; arms: {arms}; data root: {root}; prompt style: {s.prompt_style}"]
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Controller only, after every item: statistics, gates, reports."""
-        if self.is_worker:
-            if self.summary.model:
-                self.config.workeroutput["satbench_model"] = self.summary.model  # type: ignore[attr-defined]
+        """Controller (or the only process), after every item: from the store's rows, the
+        statistics, gates and reports, all through `core.results`."""
+        if self.is_worker or not self.store_path.exists():
             return
-        if not self.summary.by_benchmark:
-            return
-        stats = self.summary.stats()
-        self.gate_results = gates.evaluate(list(self.settings.gates), stats)
-        if any(not g.passed for g in self.gate_results) and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = gates.GATE_FAILED_EXIT
-        store = ResultStore(self._cache_dir("satbench") / "results.sqlite")
+        from pytest_satbench.core import gates
+        from pytest_satbench.engine.store import ResultStore
+        from pytest_satbench.report.build import collect
+
+        store = ResultStore(self.store_path)
         try:
+            if not any(r["run_id"] == self.run_id for r in store.runs(self.settings.tag)):
+                return  # no question ran in this run
+            self.results = collect(store, self.run_id, iterations=self.settings.bootstrap)
+            if not self.results:
+                return
+            self.gate_results = gates.evaluate(list(self.settings.gates), {r.benchmark: r.stats for r in self.results})
+            if any(not g.passed for g in self.gate_results) and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = gates.GATE_FAILED_EXIT
             store.finish_run(self.run_id)
             if self.settings.reports:
                 self.report_dirs = self._write_reports(store)
         finally:
             store.close()
 
-    def _write_reports(self, store: ResultStore) -> list[Path]:
-        try:
-            from pytest_satbench.report import write_reports
-        except ImportError:
-            return []
+    def _write_reports(self, store: Any) -> list[Path]:
+        from pytest_satbench.report import write_reports
+
         out = Path(self.config.rootpath) / "reports"
         try:
             return write_reports(
                 store, self.run_id, out, gates=[g.to_dict() for g in self.gate_results],
-                iterations=self.settings.bootstrap,
+                iterations=self.settings.bootstrap, results=self.results,
             )
         except Exception as exc:  # a report bug must not hide the run's results
             self.report_error = f"{type(exc).__name__}: {exc}"
@@ -275,8 +334,13 @@ class SatbenchSession:
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         if self.is_worker:
             return
-        self.summary.render(terminalreporter)
+        if self.results:
+            from pytest_satbench.plugin import terminal
+
+            terminal.render(terminalreporter, self.results, self.results[0].protocol.get("model"))
         if self.gate_results:
+            from pytest_satbench.core import gates
+
             terminalreporter.write_sep("-", "satbench gates")
             for line in gates.render(self.gate_results):
                 terminalreporter.write_line(line, red="FAIL" in line[:80] and "  FAIL  " in line, green="  PASS  " in line)
@@ -290,7 +354,9 @@ class SatbenchSession:
         if self.not_loaded and config.option.verbose > 0:
             terminalreporter.write_line(f"satbench: not loaded (-k selects none of their items): {', '.join(self.not_loaded)}")
         if self.settings.export_jsonl:
-            store = ResultStore(self._cache_dir("satbench") / "results.sqlite")
+            from pytest_satbench.engine.store import ResultStore
+
+            store = ResultStore(self.store_path)
             out = Path(config.rootpath) / "reports" / "results.jsonl"
             n = store.export_jsonl(out)
             store.close()
@@ -300,19 +366,18 @@ class SatbenchSession:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["satbench_run_id"] = self.run_id
-        if self._builtin is None and self.settings.builtin_server:
-            from pytest_satbench.server import start_server
-
-            self._builtin = start_server()
-        if self._builtin is not None:
-            node.workerinput["satbench_builtin_url"] = self._builtin.url
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        model = getattr(node, "workeroutput", {}).get("satbench_model")
-        if model:
-            self.summary.model = model
+        if self.settings.builtin_server:
+            node.workerinput["satbench_builtin_url"] = self._builtin_server().url
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._builtin is not None:
             self._builtin.close()
+
+
+def _xdist_interactor(config: pytest.Config) -> Any:
+    if not hasattr(config, "workerinput"):
+        return None
+    for plugin in config.pluginmanager.get_plugins():
+        if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
+            return plugin
+    return None

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_satbench.engine.store import ResultStore
 from pytest_satbench.report import files, html, markdown
-from pytest_satbench.report.build import BenchmarkData, collect
+from pytest_satbench.core.results import BenchmarkResult
+from pytest_satbench.report.build import collect
 from pytest_satbench.report.gallery import MAX_GALLERY, build_gallery
 
 __all__ = ["report_dir", "write_reports"]
@@ -36,22 +38,27 @@ def write_reports(
     iterations: int = 1000,
     recon_cache: Path | None = None,
     gallery_limit: int = MAX_GALLERY,
+    results: Sequence[BenchmarkResult] | None = None,
 ) -> list[Path]:
     """Write the reports of every benchmark of `run_id`; returns the folders written.
 
     `recon_cache`: the plugin's disk cache of reconstructions, for gallery images of
     expensive codecs; default: `satbench-recon` next to the store's folder (pytest's cache
-    layout). Raises KeyError when the run is not in the store.
+    layout). `results`: the run's results when the caller has them already (the plugin
+    computed them for the terminal and the gates). Raises KeyError when the run is not in
+    the store.
     """
     if recon_cache is None:
         recon_cache = Path(store.path).parent.parent / "satbench-recon"
     written = []
-    for data in collect(store, run_id, iterations=iterations):
+    if results is None:
+        results = collect(store, run_id, iterations=iterations)
+    for data in results:
         written.append(_write_one(data, Path(out_root), gates, recon_cache, gallery_limit))
     return written
 
 
-def _write_one(data: BenchmarkData, out_root: Path, gates: list[dict[str, Any]] | None,
+def _write_one(data: BenchmarkResult, out_root: Path, gates: list[dict[str, Any]] | None,
                recon_cache: Path, gallery_limit: int) -> Path:
     folder = report_dir(out_root, data.benchmark, data.tag)
     folder.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_satbench import __version__
-from pytest_satbench.report.build import BenchmarkData, redact
+from pytest_satbench.core.redact import redact
+from pytest_satbench.core.results import BenchmarkResult, aggregate_views
 from pytest_satbench.report.gallery import Entry
 
 ACC_FIELDS = ("n", "correct", "accuracy", "ci_low", "ci_high", "errors", "truncated", "unparseable", "parsed", "coverage", "missing")
@@ -46,32 +47,7 @@ def write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def aggregate_views(data: BenchmarkData) -> dict[str, Any]:
-    """The benchmark's own headline numbers, labelled with the names its paper uses."""
-    st = data.stats
-    out: dict[str, Any] = {
-        "overall_accuracy": {"label": "overall accuracy (question-weighted)", "per_arm": st.overall_accuracy},
-        "average_accuracy": {"label": "average accuracy (unweighted mean of the per-type accuracies)", "per_arm": st.average_accuracy},
-    }
-    b = data.benchmark
-    if b.startswith("rsvqa"):
-        out["overall_accuracy"]["label"] = "RSVQA overall accuracy (OA, question-weighted)"
-        out["average_accuracy"]["label"] = "RSVQA average accuracy (AA, mean over question types)"
-    elif b == "vrsbench":
-        out["average_accuracy"]["label"] = f"VRSBench mean over the {len(st.by_type)} question types"
-    for name, vs in sorted(data.views.items()):
-        label = {
-            "acc@0.5": "Acc@0.5 (IoU >= 0.5), by uniqueness" if b == "vrsbench_ref" else "Acc@0.5 (IoU >= 0.5)",
-            "acc@0.7": "Acc@0.7 (IoU >= 0.7), by uniqueness" if b == "vrsbench_ref" else "Acc@0.7 (IoU >= 0.7)",
-            "iou": "mean IoU",
-            "binned": "binned accuracy (count/area answers in the RSVQA bins)",
-            "official": "VRSBench official scorer (substring rule)",
-        }.get(name, name)
-        out[f"view:{name}"] = {"label": label, **vs.to_dict()}
-    return out
-
-
-def summary_dict(data: BenchmarkData, gates: list[dict[str, Any]] | None, gallery_total: int, gallery: list[Entry]) -> dict[str, Any]:
+def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gallery_total: int, gallery: list[Entry]) -> dict[str, Any]:
     st = data.stats
     return {
         "benchmark": data.benchmark,
@@ -83,7 +59,7 @@ def summary_dict(data: BenchmarkData, gates: list[dict[str, Any]] | None, galler
         "statistics": st.to_dict(),
         "aggregate_views": aggregate_views(data),
         "usage": asdict(data.usage),
-        "noise_floor": data.noise_floor,
+        "noise_floor": data.noise_floor.to_dict() if data.noise_floor else None,
         "gates": gates if gates else [],
         "gates_note": None if gates else "no gates",
         "regressed_questions": gallery_total,
@@ -93,7 +69,7 @@ def summary_dict(data: BenchmarkData, gates: list[dict[str, Any]] | None, galler
     }
 
 
-def write_per_type_csv(path: Path, data: BenchmarkData) -> None:
+def write_per_type_csv(path: Path, data: BenchmarkResult) -> None:
     st = data.stats
     groups = [(t, g) for t, g in st.by_type.items()] + [("overall", st.overall)]
     with open(path, "w", newline="", encoding="utf-8") as fh:
@@ -111,7 +87,7 @@ def write_per_type_csv(path: Path, data: BenchmarkData) -> None:
                 w.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
 
 
-def write_predictions(path: Path, data: BenchmarkData) -> int:
+def write_predictions(path: Path, data: BenchmarkResult) -> int:
     n = 0
     with open(path, "w", encoding="utf-8") as fh:
         for it in data.items:
@@ -167,7 +143,7 @@ def _sha256(path: str) -> str | None:
         return None  # the checkpoint is not on this machine: the report cannot vouch for it
 
 
-def protocol_dict(data: BenchmarkData) -> dict[str, Any]:
+def protocol_dict(data: BenchmarkResult) -> dict[str, Any]:
     p = dict(data.protocol)
     p["run_id"] = data.run_id
     p["benchmark"] = data.benchmark

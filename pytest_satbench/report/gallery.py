@@ -17,8 +17,9 @@ from pathlib import Path
 
 from PIL import Image
 
-from pytest_satbench.engine.images import ORIG, ImagePipeline
-from pytest_satbench.report.build import BenchmarkData, Item
+from pytest_satbench.core.arms import ORIG
+from pytest_satbench.engine.images import ImagePipeline
+from pytest_satbench.core.results import BenchmarkResult, QuestionResult
 
 MAX_GALLERY = 24
 THUMB = 320  # longest side, pixels
@@ -45,7 +46,7 @@ class Entry:
     panels: list[Panel] = field(default_factory=list)
 
 
-def regressed(data: BenchmarkData, limit: int = MAX_GALLERY) -> tuple[list[Item], int]:
+def regressed(data: BenchmarkResult, limit: int = MAX_GALLERY) -> tuple[list[QuestionResult], int]:
     """The first `limit` regressed items in question-key order, and how many there are."""
     items = [it for it in data.items if it.regressed_arms]
     items.sort(key=lambda it: _natural(it.question.key))
@@ -118,7 +119,7 @@ class _Recon:
                 pipe.close()
 
 
-def build_gallery(data: BenchmarkData, recon_cache: Path | None, limit: int = MAX_GALLERY) -> tuple[list[Entry], int]:
+def build_gallery(data: BenchmarkResult, recon_cache: Path | None, limit: int = MAX_GALLERY) -> tuple[list[Entry], int]:
     chosen, total = regressed(data, limit)
     recon = _Recon(recon_cache)
     entries: list[Entry] = []
@@ -134,7 +135,7 @@ def build_gallery(data: BenchmarkData, recon_cache: Path | None, limit: int = MA
     return entries, total
 
 
-def _panel(it: Item, arm: str, recon: _Recon) -> Panel:
+def _panel(it: QuestionResult, arm: str, recon: _Recon) -> Panel:
     sc = it.scores.get(arm)
     row = it.rows.get(arm)
     if sc is not None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from html import escape
 
-from pytest_satbench.report.build import BenchmarkData, token_curve
+from pytest_satbench.core.results import BenchmarkResult
+from pytest_satbench.report.build import token_curve
 from pytest_satbench.report.gallery import Entry
 from pytest_satbench.report.markdown import short_names
 from pytest_satbench.report.plots import accuracy_bars, tokens_curve
@@ -119,7 +120,7 @@ def gallery_html(entries: list[Entry], labels: dict[str, str]) -> str:
     return '<div class="gallery">' + "\n".join(cards) + "</div>"
 
 
-def render(data: BenchmarkData, md: str, gallery: list[Entry]) -> str:
+def render(data: BenchmarkResult, md: str, gallery: list[Entry]) -> str:
     inserts = {
         "Accuracy per question type and arm": accuracy_bars(
             data.stats, f"{data.benchmark}: accuracy per type and arm (whiskers: 95% CI)",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pytest_satbench.plugin.terminal import render_benchmark
-from pytest_satbench.report.build import BenchmarkData, token_curve
-from pytest_satbench.report.files import aggregate_views
+from pytest_satbench.core.text_summary import render_stats
+from pytest_satbench.core.results import BenchmarkResult
+from pytest_satbench.report.build import token_curve
+from pytest_satbench.core.results import aggregate_views
 from pytest_satbench.report.gallery import Entry
 
 __all__ = ["render", "short_names"]
@@ -67,7 +68,7 @@ def gates_lines(gates: list[dict[str, Any]] | None) -> list[str]:
     return lines
 
 
-def render(data: BenchmarkData, protocol: dict[str, Any], gates: list[dict[str, Any]] | None,
+def render(data: BenchmarkResult, protocol: dict[str, Any], gates: list[dict[str, Any]] | None,
            gallery: list[Entry], gallery_total: int) -> str:
     st = data.stats
     ov = st.overall
@@ -154,8 +155,8 @@ def render(data: BenchmarkData, protocol: dict[str, Any], gates: list[dict[str, 
     floor = data.noise_floor
     if floor is not None:
         L += ["", "## Noise floor", "",
-              f"The original was asked {floor['asks']} times on {floor['questions']} questions (`--repeat-orig`); "
-              f"the verdict changed on {floor['flipped']} ({100 * (floor['flip_rate'] or 0):.1f}%). Servers under load "
+              f"The original was asked {floor.asks} times on {floor.questions} questions (`--repeat-orig`); "
+              f"the verdict changed on {floor.flipped} ({100 * floor.rate:.1f}%). Servers under load "
               "are not deterministic at temperature 0: a per-question change rate below this is not a codec effect."]
     L += ["", "## Usage", ""]
     L.append("| server | answers | prompt tokens | completion tokens | cost (reported) | answers with cost | latency mean | p50 | p95 | models returned |")
@@ -185,7 +186,7 @@ def render(data: BenchmarkData, protocol: dict[str, Any], gates: list[dict[str, 
         for e in gallery:
             answers = "; ".join(f"`{short[p.arm]}`: {md_escape(p.answer)} ({'right' if p.correct else 'wrong'})" for p in e.panels)
             L.append(f"| {md_escape(e.key)} | {md_escape(', '.join(e.types))} | {md_escape(e.text)[:160]} | {md_escape(e.answer)} | {answers} |")
-    L += ["", "## Terminal summary", "", "```", *render_benchmark(st), "```", ""]
+    L += ["", "## Terminal summary", "", "```", *render_stats(st), "```", ""]
     L += [("Files: `summary.json` (all numbers), `per_type.csv`, `predictions.jsonl` (every answer), "
           "`protocol.json` (what was measured), `report.html` (plots and the gallery)."), ""]
     return "\n".join(L)

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from PIL import Image
@@ -216,15 +215,13 @@ def test_protocol_has_no_key(report) -> None:
 
 def test_run_protocol_has_no_key_field() -> None:
     """The plugin's protocol never takes the key, whatever the settings hold."""
-    from pytest_satbench.engine.provenance import run_protocol
+    from pathlib import Path
 
-    settings = SimpleNamespace(
-        max_new=64, prompt_style="geocot", box_grid=None, iou="inclusive", arms=[], blind=True,
-        limit=None, tag="t", builtin_server=False, api_key=SECRET, servers=[SERVER_A],
-    )
-    owner = SimpleNamespace(settings=settings, dataset_hashes={},
-                            config=SimpleNamespace(invocation_params=SimpleNamespace(args=("-q",))))
-    proto = run_protocol(owner, "m", [SERVER_A])  # type: ignore[arg-type]
+    from pytest_satbench.engine.config import RuntimeConfig
+
+    cfg = RuntimeConfig(run_id="r", tag="t", urls=(SERVER_A,), store_path=Path("/nonexistent"),
+                        max_new=64, blind=True, api_key=SECRET, command=("pytest", "-q"))
+    proto = cfg.protocol("m")
     assert SECRET not in json.dumps(proto)
     assert not {k for k in proto if "key" in k.lower() or "token" in k.lower()}
 

@@ -1,0 +1,86 @@
+"""What an arm is: one way of showing the model an image, and its name everywhere.
+
+Every question is asked once per arm:
+
+- `orig`: the original image (the reference every delta is measured against);
+- one reconstruction arm per `--recon SPEC`, named by its canonical spec
+  (`jpeg:quality=10`, `onedpiece:ckpt=/w/s.bin,max_tiles=12,nlatent=48,...`);
+- `blind`: no image at all (`--blind`, the language-prior control);
+- `orig~2`, `orig~3`, ...: the original asked again (`--repeat-orig`), which measure the
+  servers' noise floor and are never an arm of the comparison.
+
+The same arm has the same short label in the terminal, report.md and report.html
+(`arm_labels`), so a figure can be found again from one place to the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from pytest_satbench.core.formatting import prose
+
+ORIG = "orig"
+BLIND = "blind"
+REPEAT = "orig~"  # orig~2, orig~3...: the original asked again (--repeat-orig noise floor)
+RESERVED = (ORIG, BLIND)
+
+# A table column has about 8 characters; a One-D-Piece arm's checkpoint path is long and
+# the same for every budget, so labels keep only what tells arms apart.
+LABEL_WIDTH = 8
+
+
+def is_repeat(arm: str) -> bool:
+    return arm.startswith(REPEAT)
+
+
+def repeat_arm(ask: int) -> str:
+    """The arm name of the `ask`-th ask of the original (2, 3, ...)."""
+    return f"{REPEAT}{ask}"
+
+
+def is_recon(arm: str) -> bool:
+    """A reconstruction arm: compared with the original in the paired tables."""
+    return arm not in RESERVED and not is_repeat(arm)
+
+
+def image_arm(arm: str) -> str:
+    """Which prepared image an arm sends: repeats send the original's bytes."""
+    return ORIG if is_repeat(arm) else arm
+
+
+def compared(arms: Iterable[str]) -> list[str]:
+    """The arms of the comparison (repeats left out), in table order: orig, the
+    reconstructions sorted, blind last."""
+    seen = [a for a in dict.fromkeys(arms) if not is_repeat(a)]
+    middle = sorted(a for a in seen if a not in RESERVED)
+    return ([ORIG] if ORIG in seen else []) + middle + ([BLIND] if BLIND in seen else [])
+
+
+def short_label(arm: str) -> str:
+    """`tok48` for a One-D-Piece budget, `jpeg:q10` for JPEG quality 10, the name itself
+    for orig and blind."""
+    if arm in RESERVED:
+        return arm
+    _, _, params = arm.partition(":")
+    for part in params.split(","):
+        # a token budget is what tells the arms of a budget sweep apart
+        if part.startswith("nlatent="):
+            return "tok" + part[len("nlatent="):]
+    return arm.replace("quality=", "q").replace("resize:factor=", "rsz:").replace("factor=", "f")
+
+
+def arm_labels(arms: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """Column labels of at most 8 characters, and the legend lines when they had to be
+    numbered (`arm1 = jpeg:quality=10`)."""
+    short = {a: short_label(a) for a in arms}
+    if all(len(v) <= LABEL_WIDTH for v in short.values()) and len(set(short.values())) == len(short):
+        return short, []
+    numbered: dict[str, str] = {}
+    legend: list[str] = []
+    for i, a in enumerate(arms):
+        if a in RESERVED:
+            numbered[a] = a
+        else:
+            numbered[a] = f"arm{i}"
+            legend += prose(f"  arm{i} = {a}")
+    return numbered, legend

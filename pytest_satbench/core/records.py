@@ -1,0 +1,55 @@
+"""The records every layer passes around: one stored answer, one server's traffic.
+
+`AnswerRow` is what the store keeps per (node id, arm, fingerprint) and what every number is
+computed from (`results.benchmark_results`); `ServerTraffic` is what one process's client
+counted per server, kept with the run so reports can show attempts, failures and retries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class AnswerRow:
+    nodeid: str
+    arm: str
+    fingerprint: str
+    status: str  # "ok" | "error"
+    benchmark: str
+    question_key: str
+    image_id: str
+    text: str | None = None
+    extracted: str | None = None
+    correct: bool | None = None
+    parsed: bool | None = None
+    finish_reason: str | None = None
+    latency_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost: float | None = None
+    model: str | None = None
+    server: str | None = None
+    attempts: int | None = None
+    image_sha256: str | None = None
+    image_tokens: int | None = None
+    error: str | None = None
+    created: float = 0.0
+    run_id: str | None = None  # the run that asked it (a later run reusing it keeps this)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTraffic:
+    """HTTP attempts one process sent to one server (xdist workers each keep their own)."""
+
+    server: str
+    requests: int  # attempts sent
+    answered: int  # attempts that returned a usable chat completion
+    failures: int  # attempts that failed, transient or not
+    retries: int  # attempts that retried an earlier failed attempt
+
+    def __add__(self, other: ServerTraffic) -> ServerTraffic:
+        return ServerTraffic(
+            self.server, self.requests + other.requests, self.answered + other.answered,
+            self.failures + other.failures, self.retries + other.retries,
+        )

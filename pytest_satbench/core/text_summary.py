@@ -1,0 +1,109 @@
+"""A benchmark's results as fixed-width text: the terminal summary (and report.md's copy).
+
+It stays within 80 columns: one table of accuracy per arm, then one paired table per
+reconstruction arm with the delta, its clustered-bootstrap interval, regressed/improved
+counts and McNemar's p, then the benchmark's own views and the noise floor.
+"""
+
+from __future__ import annotations
+
+from pytest_satbench.core import arms as A
+from pytest_satbench.core import formatting as F
+from pytest_satbench.core.results import BenchmarkResult
+from pytest_satbench.core.stats import BenchmarkStats
+
+_NO_INTERVAL = "[   -    ]"  # as wide as a typical interval, so the columns stay aligned
+
+
+def render(result: BenchmarkResult, width: int = 80) -> list[str]:
+    """Every line the terminal shows for one benchmark."""
+    lines = render_stats(result.stats, width)
+    lines += render_views(result, width)
+    floor = result.noise_floor
+    if floor is not None:
+        lines += F.prose(
+            f"noise floor: the original asked {floor.asks}x on {floor.questions} questions changed its verdict "
+            f"on {floor.flipped} ({100 * floor.rate:.1f}%); a per-question delta rate below that is server noise",
+            width,
+        )
+    return lines
+
+
+def _cell(x: float | None) -> str:
+    return F.percent(x)
+
+
+def render_stats(st: BenchmarkStats, width: int = 80) -> list[str]:
+    arms = list(st.arms)
+    groups = [(t, st.by_type[t]) for t in st.by_type] + [("overall", st.overall)]
+    lines: list[str] = []
+    labels, legend = A.arm_labels(arms)
+
+    # 1. accuracy per arm (%), with errors/truncated/unparseable summed over arms; a few arm
+    # columns a block, so a budget sweep stays within the width
+    tw = max(8, min(max(len(t) for t, _ in groups) + 1, 24))
+    per_block = max(1, (width - tw - 7 - 23) // 9)
+    for start in range(0, len(arms), per_block):
+        block = arms[start:start + per_block]
+        if start:
+            lines.append("")
+        lines.append(f"{'type':<{tw}}{'n':>7}" + "".join(f"{labels[a]:>9}" for a in block)
+                     + f"{'chance':>8}{'err':>5}{'trn':>5}{'unp':>5}")
+        for label, g in groups:
+            accs = "".join(f"{_cell(g.accuracy[a].accuracy if a in g.accuracy else None):>9}" for a in block)
+            err = sum(g.accuracy[a].errors for a in arms if a in g.accuracy)
+            trn = sum(g.accuracy[a].truncated for a in arms if a in g.accuracy)
+            unp = sum(g.accuracy[a].unparseable for a in arms if a in g.accuracy)
+            chance = _cell(g.chance.accuracy) if g.chance.n_defined else F.MISSING
+            lines.append(f"{label[:tw - 1]:<{tw}}{g.n:>7}{accs}{chance:>8}{err:>5}{trn:>5}{unp:>5}")
+    lines += legend
+    if A.ORIG in st.overall.accuracy:
+        o = st.overall.accuracy[A.ORIG]
+        lines += F.prose(
+            f"orig: overall accuracy {100 * o.accuracy:.1f}% "
+            f"(95% CI {_cell(o.ci_low)}-{_cell(o.ci_high)}, clustered by image, "
+            f"{st.overall.n_images} images); average accuracy (mean of types) "
+            f"{100 * st.average_accuracy.get(A.ORIG, float('nan')):.1f}%", width
+        )
+
+    # 2. paired tables, one per reconstruction arm
+    tw = max(8, min(max(len(t) for t, _ in groups) + 1, width - 67, 24))
+    for arm in st.recon_arms:
+        lines.append("")
+        lines += F.prose(f"{arm} vs orig: delta in points, 95% CI clustered by image; R regressed, I improved", width)
+        lines.append(f"{'type':<{tw}}{'n':>6}{'orig':>6}{'recon':>6}{'delta':>7} {'95% CI':<14}{'R':>5}{'I':>5}  {'p':<6}{'err':>5}")
+        for label, g in groups:
+            pair = g.paired.get(arm)
+            if pair is None:
+                continue
+            o = g.accuracy[A.ORIG].accuracy if A.ORIG in g.accuracy else None
+            r = g.accuracy[arm].accuracy if arm in g.accuracy else None
+            ci = F.points_interval(pair.ci_low, pair.ci_high)
+            lines.append(
+                f"{label[:tw - 1]:<{tw}}{pair.n_pairs:>6}{_cell(o):>6}{_cell(r):>6}{pair.delta:>+7.1f} "
+                f"{ci if ci != F.MISSING else _NO_INTERVAL:<14}{pair.regressed:>5}{pair.improved:>5}  "
+                f"{F.p_value(pair.mcnemar_p):<6}{pair.n_errors:>5}"
+            )
+    return lines
+
+
+def render_views(result: BenchmarkResult, width: int = 80) -> list[str]:
+    """Second views of the same answers (binned counts, VRSBench official rules, Acc@0.7)."""
+    arms = list(result.stats.arms)
+    lines: list[str] = []
+    labels, _ = A.arm_labels(arms)
+    for name, vs in sorted(result.views.items()):
+        shown = [a for a in arms if a in vs.overall]
+        if not shown:
+            continue
+        lines.append("")
+        lines += F.prose(f"view {result.labels.view(name).title} (%)", width)
+        rows = [(t, g) for t, g in vs.by_type.items() if g] + [("overall", vs.overall)]
+        per_block = max(1, (width - 23) // 9)
+        for start in range(0, len(shown), per_block):
+            block = shown[start:start + per_block]
+            lines.append(f"{'type':<16}{'n':>7}" + "".join(f"{labels[a]:>9}" for a in block))
+            for label, g in rows:
+                n = max((g[a].n for a in block if a in g), default=0)
+                lines.append(f"{label[:15]:<16}{n:>7}" + "".join(f"{_cell(g[a].mean if a in g else None):>9}" for a in block))
+    return lines

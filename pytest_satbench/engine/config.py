@@ -1,0 +1,75 @@
+"""What the engine needs to run a benchmark, as one explicit object.
+
+The plugin builds it from the command line, the ini file and pytest's cache folders; the
+engine never sees pytest's config or session, so it can be driven from a script too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_satbench.codecs.base import ArmSpec
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    run_id: str
+    tag: str
+    urls: tuple[str, ...]  # OpenAI-compatible base URLs (the builtin server's, once started)
+    store_path: Path
+    recon_cache_dir: Path | None = None  # disk cache of expensive reconstructions
+    recon_cache_bytes: int = 20 * 2**30
+    arms: tuple[ArmSpec, ...] = ()
+    model: str | None = None  # None: the one model the servers list
+    max_new: int = 1024
+    prompt_style: str = "geocot"
+    box_grid: str | None = None  # None: the prompt style's grid
+    iou: str = "inclusive"
+    blind: bool = False
+    fresh: bool = False
+    concurrency: int = 64  # requests in flight from this process
+    cache_images: int = 256
+    request_timeout: float = 600.0
+    retries: int = 4
+    api_key: str | None = field(default=None, repr=False)
+    allow_protocol_change: bool = False
+    repeat_orig: int = 0  # asks of the original in all for the sampled questions; 0: once
+    repeat_keys: frozenset[tuple[str, str]] = frozenset()  # (benchmark, key) sampled
+    score_views: Mapping[str, frozenset[str]] = field(default_factory=dict)  # per benchmark
+    process: str = "main"  # names this process's traffic in the store (xdist: gw0, gw1, ...)
+    # Recorded in protocol.json as given: how the run was invoked and what it read.
+    command: tuple[str, ...] = ()
+    servers_shown: tuple[str, ...] = ()  # how the servers are named in protocol.json
+    dataset_hashes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    limit: int | None = None
+
+    @property
+    def arm_names(self) -> list[str]:
+        from pytest_satbench.core.arms import BLIND, ORIG
+
+        return [ORIG, *[a.canonical for a in self.arms], *([BLIND] if self.blind else [])]
+
+    def protocol(self, model: str) -> dict[str, Any]:
+        """What exactly was measured (never an API key): protocol.json of every report."""
+        import time
+
+        from pytest_satbench import __version__
+
+        return {
+            "plugin_version": __version__,
+            "command": list(self.command),
+            "model": model,
+            "servers": list(self.servers_shown or self.urls),
+            "sampling": {"temperature": 0.0, "max_tokens": self.max_new},
+            "prompt_style": self.prompt_style,
+            "box_grid": self.box_grid,
+            "iou": self.iou,
+            "arms": self.arm_names,
+            "limit": self.limit,
+            "datasets": {k: dict(v) for k, v in self.dataset_hashes.items()},
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "tag": self.tag,
+        }
