@@ -1,5 +1,5 @@
 """Writers of tiny fake benchmark datasets in the exact on-disk formats of the real ones
-(notes/datasets.md §9). Each writer returns what it wrote, including the questions a
+(as the loaders' docstrings describe them). Each writer returns what it wrote, including the questions a
 correct loader must yield (`Expected`), so tests compare loader output with the source.
 
     from tests.datasets_fake import (

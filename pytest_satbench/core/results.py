@@ -21,6 +21,7 @@ from typing import Any
 
 from pytest_satbench.core import arms as A
 from pytest_satbench.core.labels import Labels
+from pytest_satbench.core.prompts import DEFAULT_STYLE, default_box_grid
 from pytest_satbench.core.question import ImageRef, Question, chance
 from pytest_satbench.core.records import AnswerRow, ServerTraffic
 from pytest_satbench.core.scoring import Score, ScoreOptions, score
@@ -161,9 +162,7 @@ def question_from(bench: str, q: Mapping[str, Any]) -> Question:
 
 def score_options(protocol: Mapping[str, Any], views: frozenset[str] = frozenset()) -> ScoreOptions:
     """The scoring conventions a run recorded in its protocol, with the benchmark's views."""
-    from pytest_satbench.core.prompts import default_box_grid
-
-    style = str(protocol.get("prompt_style") or "geocot")
+    style = str(protocol.get("prompt_style") or DEFAULT_STYLE)
     grid = protocol.get("box_grid") or default_box_grid(style)
     return ScoreOptions(box_grid=str(grid), iou=str(protocol.get("iou") or "inclusive"), views=views)
 

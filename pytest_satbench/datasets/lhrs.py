@@ -1,6 +1,6 @@
 """LHRS-Bench: single-choice questions on Google-Earth images (LHRS-Bot, ECCV 2024).
 
-Two on-disk layouts under `<data root>/LHRS_Bench/` (notes/datasets.md §4):
+Two on-disk layouts under `<data root>/LHRS_Bench/`:
 
 * parquet (what the seed script read; HF `datasets` layout, e.g.
   `data/val-00000-of-00001.parquet`): columns `question`, `choices`, `answer`, `image`

@@ -1,6 +1,6 @@
 """RSVQA-LR and RSVQA-HR (test set 1 and the Philadelphia test set 2).
 
-Format (/work/shared/notes/datasets.md §1-3): per split, `<P>_split_<S>_questions.json` =
+Format (Lobry et al. 2020, the files as distributed on Zenodo): per split, `<P>_split_<S>_questions.json` =
 `{"questions": [...]}` and `..._answers.json` = `{"answers": [...]}`, views of one global
 database. Records of other splits are stubs `{"id": N, "active": false}` with no other key,
 so `active` is read before anything else. Answers are joined through `answers_ids[0]`,

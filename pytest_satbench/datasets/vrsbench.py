@@ -1,6 +1,6 @@
 """VRSBench: VQA and referring expressions (visual grounding) on DOTA/DIOR patches.
 
-Format (notes/datasets.md §5-7): `<data root>/VRSBench/VRSBench_EVAL_vqa.json` and
+Format (lx709/VRSBench, the evaluation files of the release): `<data root>/VRSBench/VRSBench_EVAL_vqa.json` and
 `VRSBench_EVAL_referring.json` are each ONE JSON list of records; images are
 `Images_val/<image_id>` where `image_id` already includes the extension (`P0003_0002.png`).
 Files from before the dataset's rename (`RSBench_EVAL_*.json`) are accepted too.

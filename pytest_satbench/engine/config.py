@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_satbench.codecs.base import ArmSpec
+from pytest_satbench.core.prompts import DEFAULT_STYLE
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class RuntimeConfig:
     arms: tuple[ArmSpec, ...] = ()
     model: str | None = None  # None: the one model the servers list
     max_new: int = 1024
-    prompt_style: str = "geocot"
+    prompt_style: str = DEFAULT_STYLE
     box_grid: str | None = None  # None: the prompt style's grid
     iou: str = "inclusive"
     blind: bool = False

@@ -9,8 +9,8 @@ child of the module, so node ids read `benchmarks/test_rsvqa.py::test_rsvqa_lr[6
 `-k`, `--lf`, `--deselect`, `-x` and `--junitxml` behave as for any test.
 
 Items are plain `pytest.Item`s, not parametrized functions: at 222k questions that halves
-collection time and memory (no fixture closure, no `reorder_items`; see
-shared/notes/pytest-at-scale.md). The question type and image id are added as extra `-k`
+collection time and memory (no fixture closure, no `reorder_items`; docs/performance.md
+has the measurements). The question type and image id are added as extra `-k`
 keywords (`-k "rsvqa_lr and presence"`).
 
 `-k` is applied by pytest after collection, so selecting one benchmark with `-k` would

@@ -1,4 +1,4 @@
-"""How one item's answers become a pytest outcome, a progress letter and a report payload.
+"""How one item's answers become a pytest outcome and a progress letter.
 
 Letters (`-q`) and words (`-v`):
   .  SAME        every reconstruction arm agrees with the original on correctness
@@ -15,10 +15,12 @@ answers are results, not failures: they are never retried.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_satbench.engine.answering import ItemResult
 from pytest_satbench.core.arms import ORIG, is_recon
+
+if TYPE_CHECKING:
+    from pytest_satbench.engine.answering import ItemResult
 
 SAME, REGRESSED, IMPROVED, WRONG, CORRECT, ERROR = "same", "regressed", "improved", "wrong", "correct", "error"
 

@@ -1,5 +1,6 @@
-"""Scoring rules, checked against the worked examples in the dataset notes (datasets.md §1.3,
-§4.3, §6.3, §7.2, §8) and the edge cases a wrong implementation would get wrong."""
+"""Scoring rules, checked against worked examples of each benchmark's answer formats and
+official rules (RSVQA bins, VRSBench's official VQA rules and IoU convention, LHRS-Bench
+letters) and the edge cases a wrong implementation would get wrong."""
 
 from __future__ import annotations
 
