@@ -1,144 +1,109 @@
-"""Command-line options and their validation into one `Settings` object.
+"""Command-line options, declared once in `OPTIONS`, and their validation into one `Settings`.
 
-Every option error is a `pytest.UsageError` with one line saying what to pass: users see
-`ERROR: --concurrency: expected a positive integer, got 'x'`, never a traceback.
+Each `Option` row carries the flag, its ini name, default, help and parser; `add_options`
+(addoption and addini), the help's "(default ...)" suffixes, the `Settings` field defaults
+and `parse_settings` are all generated from the table, so a default is written in one place.
+A value comes from the command line, else the ini file, else the default.
+
+Every option error is a `pytest.UsageError` with one line naming where the bad value came
+from (the flag, or the ini name for an ini value) and what to pass: users see
+`ERROR: --concurrency: expected an integer, got 'x'`, never a traceback.
+
+This module is imported at every pytest start-up (the plugin's options are registered
+before any test runs), so it stays light: the codec registry (PIL) and the gate parser are
+imported by the functions that parse --recon and --gate.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_satbench.codecs.base import ArmSpec, SpecError, normalise_spec, parse_spec
-from pytest_satbench.core.gates import Gate, GateError, parse_gate
+from pytest_satbench.core.prompts import DEFAULT_STYLE
+
+if TYPE_CHECKING:
+    from pytest_satbench.codecs.base import ArmSpec
+    from pytest_satbench.core.gates import Gate
 
 GROUP = "satbench"
 
-
-def add_options(parser: pytest.Parser) -> None:
-    g = parser.getgroup(GROUP, "satbench: remote-sensing VQA benchmarks")
-    g.addoption("--servers", help="comma-separated OpenAI-compatible base URLs, or 'builtin' for the bundled reference server")
-    g.addoption("--model", help="model id to request (default: the one model the servers list at /v1/models)")
-    g.addoption("--data-root", help="folder holding the benchmarks (default: $SATBENCH_DATA_ROOT, else $TOKLIP_ROOT/data)")
-    g.addoption("--limit", help="about N questions per benchmark, stratified by question type with a fixed seed")
-    g.addoption("--recon", action="append", default=[], metavar="SPEC",
-                help="reconstruction arm, repeatable: identity | jpeg:quality=Q | resize:factor=F | onedpiece:ckpt=PATH,...")
-    g.addoption("--nlatent", help="One-D-Piece token budgets per 256-px crop, e.g. 16,32,64 (one arm each)")
-    g.addoption("--max-tiles", help="One-D-Piece: cap on 256-px crops per image (default 12)")
-    g.addoption("--recon-device", help="One-D-Piece: torch device, e.g. cuda:0 or cpu")
-    g.addoption("--recon-gpu", help="the seed's spelling: --recon-gpu 7 is --recon-device cuda:7")
-    g.addoption("--max-new", help="max_tokens per answer (default 1024)")
-    g.addoption("--concurrency", help="requests in flight across all servers (default 64)")
-    g.addoption("--cache-images", help="prepared images kept in memory (default 256)")
-    g.addoption("--request-timeout", help="seconds per request attempt (default 600)")
-    g.addoption("--retries", help="retries of a transient failure: connection, timeout, 429, 5xx (default 4)")
-    g.addoption("--tag", help="name of this run's report folder under reports/<benchmark>/ (default 'default')")
-    g.addoption("--fresh", action="store_true", default=False, help="ignore stored answers and ask again")
-    g.addoption("--fail-on", choices=("error", "regression"), default=None,
-                help="what fails an item: 'error' (default: transport/server failures) or 'regression' (also orig right, recon wrong)")
-    g.addoption("--prompt-style", help="prompt convention: geocot (default) or geochat")
-    g.addoption("--box-grid", help="grid of the model's boxes: 1000 | 100 | pixels (default: from the prompt style)")
-    g.addoption("--iou", help="IoU convention for grounding: inclusive (VRSBench +1, default) | continuous")
-    g.addoption("--blind", action="store_true", default=False,
-                help="also ask every question with no image (language-prior control)")
-    g.addoption("--gate", action="append", default=[], metavar="EXPR",
-                help="accuracy gate, repeatable: [BENCHMARK[/TYPE]:]METRIC OP NUMBER, e.g. 'rsvqa_lr:recon>=0.80', 'delta>=-2.0'")
-    g.addoption("--repeat-orig", metavar="K",
-                help="noise floor: ask the original K times in all on a sample of questions and report how often the verdict flips")
-    g.addoption("--repeat-sample", metavar="N", help="questions per benchmark in the --repeat-orig sample (default 200)")
-    g.addoption("--bootstrap", help="bootstrap resamples for the intervals (default 1000)")
-    g.addoption("--no-reports", action="store_true", default=False, help="do not write reports/<benchmark>/<tag>/")
-    g.addoption("--allow-protocol-change", action="store_true", default=False,
-                help="allow a run to be reported under a --tag measured with another model or dataset version")
-    g.addoption("--export-jsonl", action="store_true", default=False,
-                help="write every stored row to reports/results.jsonl at the end")
-
-    parser.addini("satbench_servers", "default for --servers")
-    parser.addini("satbench_model", "default for --model")
-    parser.addini("satbench_data_root", "default for --data-root")
-    parser.addini("satbench_concurrency", "default for --concurrency")
-    parser.addini("satbench_recon", "default --recon specs", type="linelist")
-    parser.addini("satbench_prompt_style", "default for --prompt-style")
-    parser.addini("satbench_gates", "accuracy gates, one per line (added to --gate)", type="linelist")
+# (where the value came from: "--flag" or the ini name, the value as given) -> parsed value
+Parse = Callable[[str, Any], Any]
 
 
-@dataclass(frozen=True)
-class Settings:
-    servers: tuple[str, ...] = ()
-    builtin_server: bool = False
-    model: str | None = None
-    data_root: Path | None = None
-    data_root_source: str = ""
-    limit: int | None = None
-    arms: tuple[ArmSpec, ...] = ()
-    max_new: int = 1024
-    concurrency: int = 64
-    cache_images: int = 256
-    request_timeout: float = 600.0
-    retries: int = 4
-    tag: str = "default"
-    fresh: bool = False
-    fail_on: str = "error"
-    prompt_style: str = "geocot"
-    box_grid: str | None = None
-    iou: str = "inclusive"
-    blind: bool = False
-    export_jsonl: bool = False
-    allow_protocol_change: bool = False
-    gates: tuple[Gate, ...] = ()
-    bootstrap: int = 1000
-    repeat_orig: int = 0
-    repeat_sample: int = 200
-    reports: bool = True
-    api_key: str | None = field(default=None, repr=False)
+# ---------------------------------------------------------------------- value parsers
+# Factories, so a table row reads `parse=integer(minimum=0)`.
 
 
-def _ini(config: pytest.Config, name: str) -> str | None:
-    try:
-        value = config.getini(name)
-    except ValueError:
-        return None
-    if isinstance(value, list):
-        return None
-    return str(value) if value else None
+def integer(*, minimum: int = 1) -> Parse:
+    def parse(where: str, raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise pytest.UsageError(f"{where}: expected an integer, got {raw!r}") from None
+        if value < minimum:
+            raise pytest.UsageError(f"{where}: must be at least {minimum}, got {value}")
+        return value
+
+    return parse
 
 
-def _int(option: str, raw: str | None, default: int, *, minimum: int = 1) -> int:
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise pytest.UsageError(f"{option}: expected an integer, got {raw!r}") from None
-    if value < minimum:
-        raise pytest.UsageError(f"{option}: must be at least {minimum}, got {value}")
-    return value
+def seconds() -> Parse:
+    def parse(where: str, raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise pytest.UsageError(f"{where}: expected a number of seconds, got {raw!r}") from None
+        if not (value > 0 and math.isfinite(value)):  # nan and inf would disable the timeout
+            raise pytest.UsageError(f"{where}: must be a positive number of seconds, got {raw!r}")
+        return value
+
+    return parse
 
 
-def _float(option: str, raw: str | None, default: float) -> float:
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise pytest.UsageError(f"{option}: expected a number of seconds, got {raw!r}") from None
-    if value <= 0:
-        raise pytest.UsageError(f"{option}: must be positive, got {value}")
-    return value
+def one_of(allowed: Sequence[str]) -> Parse:
+    def parse(where: str, raw: str) -> str:
+        if raw not in allowed:
+            raise pytest.UsageError(f"{where}: expected one of {', '.join(allowed)}, got {raw!r}")
+        return raw
+
+    return parse
 
 
-def _choice(option: str, raw: str | None, allowed: tuple[str, ...], default: str | None) -> str | None:
-    if raw is None or raw == "":
-        return default
-    if raw not in allowed:
-        raise pytest.UsageError(f"{option}: expected one of {', '.join(allowed)}, got {raw!r}")
-    return raw
+def _servers(where: str, raw: str) -> tuple[tuple[str, ...], bool]:
+    """(base URLs, builtin server wanted)."""
+    urls = [u.strip().rstrip("/") for u in raw.split(",") if u.strip()]
+    if urls == ["builtin"]:
+        return (), True
+    for u in urls:
+        if u == "builtin":
+            raise pytest.UsageError(f"{where}: 'builtin' cannot be mixed with URLs; pass one or the other")
+        if not u.startswith(("http://", "https://")):
+            raise pytest.UsageError(
+                f"{where}: {u!r} is not a URL; pass base URLs like http://gpu1:8000 (comma-separated) or 'builtin'"
+            )
+        if u.endswith("/v1"):
+            raise pytest.UsageError(f"{where}: pass the base URL without /v1, e.g. {u[:-3]}")
+    return tuple(dict.fromkeys(urls)), False
 
 
-def _data_root() -> tuple[Path | None, str]:
+def _data_root(where: str, raw: str) -> tuple[Path, str]:
+    """(folder, where it came from). Only an explicit option is checked for being a folder:
+    an environment variable reaches every pytest run, and a stale one must not break runs
+    that use no benchmark."""
+    root = Path(raw).expanduser()
+    if not root.is_dir():
+        raise pytest.UsageError(f"{where}: {root} is not a folder; point it at the folder holding the benchmarks")
+    return root, where
+
+
+def _data_root_from_env() -> tuple[Path | None, str]:
     env = os.environ.get("SATBENCH_DATA_ROOT")
     if env:
         return Path(env).expanduser(), "$SATBENCH_DATA_ROOT"
@@ -148,39 +113,70 @@ def _data_root() -> tuple[Path | None, str]:
     return None, ""
 
 
-def _servers(raw: str | None) -> tuple[tuple[str, ...], bool]:
-    if not raw:
-        return (), False
-    urls = [u.strip().rstrip("/") for u in raw.split(",") if u.strip()]
-    if urls == ["builtin"]:
-        return (), True
-    for u in urls:
-        if u == "builtin":
-            raise pytest.UsageError("--servers: 'builtin' cannot be mixed with URLs; pass one or the other")
-        if not (u.startswith("http://") or u.startswith("https://")):
-            raise pytest.UsageError(
-                f"--servers: {u!r} is not a URL; pass base URLs like http://gpu1:8000 (comma-separated) or 'builtin'"
-            )
-        if u.endswith("/v1"):
-            raise pytest.UsageError(f"--servers: pass the base URL without /v1, e.g. {u[:-3]}")
-    return tuple(dict.fromkeys(urls)), False
+def _limit(where: str, raw: str) -> int | None:
+    return integer(minimum=0)(where, raw) or None  # 0 is "no limit", as an absent --limit
 
 
-def _arms(config: pytest.Config) -> tuple[ArmSpec, ...]:
-    raw: list[str] = list(config.getoption("recon") or [])
-    if not raw:
+def _repeat_orig(where: str, raw: str) -> int:
+    k = integer(minimum=0)(where, raw)
+    if k == 1:
+        raise pytest.UsageError(f"{where}: K is the number of asks in all; pass 2 or more (or 0 to turn it off)")
+    return k
+
+
+def _tag(where: str, raw: str) -> str:
+    if not all(ch.isalnum() or ch in "-_." for ch in raw) or raw.startswith("."):
+        raise pytest.UsageError(f"{where}: use letters, digits, '-', '_' or '.', got {raw!r}")
+    return raw
+
+
+def _prompt_style(where: str, raw: str) -> str:
+    from pytest_satbench.core import prompts
+
+    try:
+        prompts.get_style(raw)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{where}: {exc}") from None
+    return raw
+
+
+def _nlatent(where: str, raw: str) -> str | None:
+    budgets = [b.strip() for b in raw.split(",") if b.strip()]
+    for b in budgets:
+        integer()(where, b)
+    return ",".join(budgets) or None
+
+
+def _gpu_index(where: str, raw: str) -> int:
+    if not raw.isdigit():
+        raise pytest.UsageError(f"{where}: pass a GPU index (e.g. 7), and not together with --recon-device")
+    return int(raw)
+
+
+def _gates(where: str, texts: Sequence[str]) -> tuple[Gate, ...]:
+    from pytest_satbench.core.gates import GateError, parse_gate
+
+    out = []
+    for text in texts:
         try:
-            raw = list(config.getini("satbench_recon") or [])
-        except ValueError:
-            raw = []
-    nlatent = config.getoption("nlatent")
-    max_tiles = config.getoption("max_tiles")
-    device = config.getoption("recon_device")
-    gpu = config.getoption("recon_gpu")
-    if gpu is not None:
-        if device or not gpu.isdigit():
+            out.append(parse_gate(text))
+        except GateError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return tuple(out)
+
+
+def _arms(values: Mapping[str, Any]) -> tuple[ArmSpec, ...]:
+    """--recon specs, expanded by the seed's shorthands (--nlatent, --max-tiles, --recon-device, --recon-gpu)."""
+    from pytest_satbench.codecs.base import SpecError, normalise_spec
+
+    raw: list[str] = list(values["recon"])
+    device: str | None = values["recon_device"]
+    if values["recon_gpu"] is not None:
+        if device:
             raise pytest.UsageError("--recon-gpu: pass a GPU index (e.g. 7), and not together with --recon-device")
-        device = f"cuda:{gpu}"
+        device = f"cuda:{values['recon_gpu']}"
+    nlatent: str | None = values["nlatent"]
+    max_tiles = None if values["max_tiles"] is None else str(values["max_tiles"])
     if nlatent or max_tiles or device:
         try:
             raw = _expand_onedpiece(raw, nlatent, max_tiles, device)
@@ -205,6 +201,8 @@ def _expand_onedpiece(raw: list[str], nlatent: str | None, max_tiles: str | None
     They apply to the onedpiece arms given with --recon; with none given, they create them
     from the checkpoint in $SATBENCH_ONEDPIECE_CKPT.
     """
+    from pytest_satbench.codecs.base import parse_spec
+
     budgets = [b.strip() for b in (nlatent or "").split(",") if b.strip()]
     base = [r for r in raw if parse_spec(r)[0] == "onedpiece"]
     out = [r for r in raw if r not in base]
@@ -228,83 +226,260 @@ def _expand_onedpiece(raw: list[str], nlatent: str | None, max_tiles: str | None
     return out
 
 
+# ---------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option: everything pytest and `Settings` need to know about it."""
+
+    flag: str  # "--concurrency"
+    help: str  # what it does; the default is appended from `default`/`default_doc`
+    default: Any = None  # the Settings value(s) when neither command line nor ini gives one
+    # "value": --flag VALUE; "flag": --flag alone, giving `not default`; "list": repeatable,
+    # parsed as the tuple of all its values
+    kind: Literal["value", "flag", "list"] = "value"
+    parse: Parse | None = None  # None: the value as given (a tuple for "list")
+    choices: tuple[str, ...] = ()  # shorthand for parse=one_of(choices); also the metavar
+    ini: str | None = None
+    ini_adds: bool = False  # "list" only: the ini's lines come first, the command line adds to them
+    metavar: str | None = None
+    # the default in words where it isn't a value to print ("the one model the servers list")
+    default_doc: str | None = None
+    # the Settings fields it fills; None: the one named like the flag; (): none, the value is
+    # read by another option's `build`; several: `default` and the parsed value are tuples
+    fields: tuple[str, ...] | None = None
+    # when it is not given: computed at parse time (environment variables), instead of `default`
+    fallback: Callable[[], Any] | None = None
+    # the Settings value from every option's parsed value (by `dest`): options that combine
+    build: Callable[[Mapping[str, Any]], Any] | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def settings_fields(self) -> tuple[str, ...]:
+        return (self.dest,) if self.fields is None else self.fields
+
+    @property
+    def parser(self) -> Parse | None:
+        return one_of(self.choices) if self.choices and self.parse is None else self.parse
+
+    @property
+    def shown_metavar(self) -> str | None:
+        if self.kind == "flag":
+            return None
+        return self.metavar or ("|".join(self.choices) if self.choices else None)
+
+    def shown_default(self) -> str | None:
+        """The default as help and README show it; None where there is none to show."""
+        if self.default_doc is not None:
+            return self.default_doc
+        if self.kind == "flag" or self.default in (None, ()):
+            return None
+        if isinstance(self.default, float):
+            return f"{self.default:g}"
+        if isinstance(self.default, str):
+            return repr(self.default)
+        return str(self.default)
+
+    def full_help(self) -> str:
+        shown = self.shown_default()
+        if shown is None:
+            return self.help
+        return f"{self.help} (default{':' if self.default_doc is not None else ''} {shown})"
+
+    def ini_help(self) -> str:
+        if self.ini_adds:
+            return f"added to {self.flag}, one per line"
+        return f"default for {self.flag}" + (", one per line" if self.kind == "list" else "")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--servers", "comma-separated OpenAI-compatible base URLs, or 'builtin' for the bundled reference server",
+           default=((), False), parse=_servers, fields=("servers", "builtin_server"), ini="satbench_servers",
+           metavar="URLS", default_doc="none"),
+    Option("--model", "model id to request", ini="satbench_model", metavar="ID",
+           default_doc="the one model the servers list at /v1/models"),
+    Option("--data-root", "folder holding the benchmarks", default=(None, ""), parse=_data_root,
+           fields=("data_root", "data_root_source"), fallback=_data_root_from_env, ini="satbench_data_root",
+           metavar="DIR", default_doc="$SATBENCH_DATA_ROOT, else $TOKLIP_ROOT/data"),
+    Option("--limit", "about N questions per benchmark, stratified by question type with a fixed seed",
+           parse=_limit, metavar="N", default_doc="all"),
+    Option("--recon", "reconstruction arm, repeatable: identity | jpeg:quality=Q | resize:factor=F | "
+           "onedpiece:ckpt=PATH,...", kind="list", default=(), fields=("arms",), build=_arms,
+           ini="satbench_recon", metavar="SPEC", default_doc="none, the original only"),
+    Option("--nlatent", "One-D-Piece token budgets per 256-px crop, e.g. 16,32,64 (one arm each)",
+           parse=_nlatent, fields=(), metavar="N,N,..."),
+    Option("--max-tiles", "One-D-Piece: cap on 256-px crops per image", parse=integer(), fields=(),
+           metavar="N", default_doc="the onedpiece spec's max_tiles"),
+    Option("--recon-device", "One-D-Piece: torch device, e.g. cuda:0 or cpu", fields=(), metavar="DEV",
+           default_doc="cuda:0 if torch sees a GPU, else cpu"),
+    Option("--recon-gpu", "the seed's spelling: --recon-gpu 7 is --recon-device cuda:7", parse=_gpu_index,
+           fields=(), metavar="N"),
+    Option("--max-new", "max_tokens per answer", default=1024, parse=integer(), ini="satbench_max_new", metavar="N"),
+    Option("--concurrency", "requests in flight across all servers (shared by xdist workers)", default=64,
+           parse=integer(), ini="satbench_concurrency", metavar="N"),
+    Option("--cache-images", "prepared images kept in memory", default=256, parse=integer(),
+           ini="satbench_cache_images", metavar="N"),
+    Option("--request-timeout", "seconds per request attempt", default=600.0, parse=seconds(),
+           ini="satbench_request_timeout", metavar="S"),
+    Option("--retries", "retries of a transient failure: connection, timeout, 429, 5xx", default=4,
+           parse=integer(minimum=0), ini="satbench_retries", metavar="N"),
+    Option("--tag", "name of this run's report folder under reports/<benchmark>/", default="default",
+           parse=_tag, metavar="NAME"),
+    Option("--fresh", "ignore stored answers and ask again", kind="flag", default=False),
+    Option("--fail-on", "what fails an item: 'error' (transport/server failures) or 'regression' "
+           "(also orig right, recon wrong)", default="error", choices=("error", "regression")),
+    Option("--prompt-style", "prompt convention: geocot or geochat", default=DEFAULT_STYLE, parse=_prompt_style,
+           ini="satbench_prompt_style", metavar="STYLE"),
+    Option("--box-grid", "grid of the model's boxes", choices=("1000", "100", "pixels"), ini="satbench_box_grid",
+           default_doc="from the prompt style"),
+    Option("--iou", "IoU convention for grounding: inclusive (VRSBench's +1) or continuous", default="inclusive",
+           choices=("inclusive", "continuous")),
+    Option("--blind", "also ask every question with no image (language-prior control)", kind="flag", default=False),
+    Option("--gate", "accuracy gate, repeatable: [BENCHMARK[/TYPE]:]METRIC OP NUMBER, e.g. "
+           "'rsvqa_lr:recon>=0.80', 'delta>=-2.0'", kind="list", default=(), parse=_gates, fields=("gates",),
+           ini="satbench_gates", ini_adds=True, metavar="EXPR", default_doc="none"),
+    Option("--repeat-orig", "noise floor: ask the original K times in all on a sample of questions and report "
+           "how often the verdict flips", default=0, parse=_repeat_orig, metavar="K", default_doc="off"),
+    Option("--repeat-sample", "questions per benchmark in the --repeat-orig sample", default=200, parse=integer(),
+           metavar="N"),
+    Option("--bootstrap", "bootstrap resamples for the intervals", default=1000, parse=integer(minimum=0),
+           metavar="N"),
+    Option("--no-reports", "do not write reports/<benchmark>/<tag>/", kind="flag", default=True, fields=("reports",)),
+    Option("--allow-protocol-change", "allow a run to be reported under a --tag measured with another model or "
+           "dataset version", kind="flag", default=False),
+    Option("--export-jsonl", "write every stored row to reports/results.jsonl at the end", kind="flag",
+           default=False),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    g = parser.getgroup(GROUP, "satbench: remote-sensing VQA benchmarks")
+    for opt in OPTIONS:
+        if opt.kind == "flag":
+            g.addoption(opt.flag, action="store_true", default=False, help=opt.full_help())
+        else:
+            # no argparse `choices`/`type`: its errors are a usage block, ours one line
+            g.addoption(opt.flag, action="append" if opt.kind == "list" else "store", default=None,
+                        metavar=opt.shown_metavar, help=opt.full_help())
+        if opt.ini:
+            parser.addini(opt.ini, opt.ini_help(), type="linelist" if opt.kind == "list" else "string")
+
+
+def _field_defaults(options: Sequence[Option]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for opt in options:
+        names = opt.settings_fields
+        if len(names) == 1:
+            out[names[0]] = opt.default
+        elif names:
+            out.update(zip(names, opt.default, strict=True))
+    return out
+
+
+_D = _field_defaults(OPTIONS)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated options; field defaults come from `OPTIONS`."""
+
+    servers: tuple[str, ...] = _D["servers"]
+    builtin_server: bool = _D["builtin_server"]
+    model: str | None = _D["model"]
+    data_root: Path | None = _D["data_root"]
+    data_root_source: str = _D["data_root_source"]
+    limit: int | None = _D["limit"]
+    arms: tuple[ArmSpec, ...] = _D["arms"]
+    max_new: int = _D["max_new"]
+    concurrency: int = _D["concurrency"]
+    cache_images: int = _D["cache_images"]
+    request_timeout: float = _D["request_timeout"]
+    retries: int = _D["retries"]
+    tag: str = _D["tag"]
+    fresh: bool = _D["fresh"]
+    fail_on: str = _D["fail_on"]
+    prompt_style: str = _D["prompt_style"]
+    box_grid: str | None = _D["box_grid"]
+    iou: str = _D["iou"]
+    blind: bool = _D["blind"]
+    export_jsonl: bool = _D["export_jsonl"]
+    allow_protocol_change: bool = _D["allow_protocol_change"]
+    gates: tuple[Gate, ...] = _D["gates"]
+    bootstrap: int = _D["bootstrap"]
+    repeat_orig: int = _D["repeat_orig"]
+    repeat_sample: int = _D["repeat_sample"]
+    reports: bool = _D["reports"]
+    # not an option: a secret belongs in the environment, not on a command line or in an ini file
+    api_key: str | None = field(default=None, repr=False)
+
+
+def _given(config: pytest.Config, opt: Option) -> tuple[Any, str] | None:
+    """(the value as given, where: the flag or the ini name), or None when not given."""
+    cli = config.getoption(opt.dest)
+    if opt.kind == "flag":
+        return (True, opt.flag) if cli else None
+    ini = config.getini(opt.ini) if opt.ini else None
+    if opt.kind == "list":
+        cli_list, ini_list = list(cli or []), list(ini or [])
+        if opt.ini_adds and ini_list:
+            return tuple(ini_list + cli_list), opt.ini if not cli_list else opt.flag
+        if cli_list:
+            return tuple(cli_list), opt.flag
+        return (tuple(ini_list), str(opt.ini)) if ini_list else None
+    if cli:  # an empty --flag= counts as not given, as an unset ini does
+        return cli, opt.flag
+    return (str(ini), str(opt.ini)) if ini else None
+
+
+def _value(config: pytest.Config, opt: Option) -> Any:
+    given = _given(config, opt)
+    if given is None:
+        return opt.fallback() if opt.fallback is not None else opt.default
+    raw, where = given
+    if opt.kind == "flag":
+        return not opt.default
+    parse = opt.parser
+    return parse(where, raw) if parse is not None else raw
+
+
 def parse_settings(config: pytest.Config) -> Settings:
-    opt = config.getoption
-    servers, builtin = _servers(opt("servers") or _ini(config, "satbench_servers"))
-    data_root_raw = opt("data_root") or _ini(config, "satbench_data_root")
-    if data_root_raw:
-        data_root, source = Path(data_root_raw).expanduser(), "--data-root"
-    else:
-        data_root, source = _data_root()
-    # only an explicit option is checked here: an environment variable reaches every pytest
-    # run, and a stale one must not break runs that use no benchmark
-    if data_root_raw and data_root is not None and not data_root.is_dir():
-        raise pytest.UsageError(f"{source}: {data_root} is not a folder; point it at the folder holding the benchmarks")
-    limit_raw = opt("limit")
-    limit = _int("--limit", limit_raw, 0, minimum=0) or None
-    prompt_style = opt("prompt_style") or _ini(config, "satbench_prompt_style") or "geocot"
-    try:
-        from pytest_satbench.core import prompts
-
-        prompts.describe(prompt_style)
-    except (ImportError, AttributeError):
-        pass
-    except (KeyError, ValueError) as exc:
-        raise pytest.UsageError(f"--prompt-style: {exc.args[0] if exc.args else exc}") from None
-    return _check_repeat(Settings(
-        servers=servers,
-        builtin_server=builtin,
-        model=opt("model") or _ini(config, "satbench_model"),
-        data_root=data_root,
-        data_root_source=source,
-        limit=limit,
-        arms=_arms(config),
-        max_new=_int("--max-new", opt("max_new"), 1024),
-        concurrency=_int("--concurrency", opt("concurrency") or _ini(config, "satbench_concurrency"), 64),
-        cache_images=_int("--cache-images", opt("cache_images"), 256),
-        request_timeout=_float("--request-timeout", opt("request_timeout"), 600.0),
-        retries=_int("--retries", opt("retries"), 4, minimum=0),
-        tag=_tag(opt("tag")),
-        fresh=bool(opt("fresh")),
-        fail_on=opt("fail_on") or "error",
-        prompt_style=prompt_style,
-        box_grid=_choice("--box-grid", opt("box_grid"), ("1000", "100", "pixels"), None),
-        iou=_choice("--iou", opt("iou"), ("inclusive", "continuous"), "inclusive") or "inclusive",
-        blind=bool(opt("blind")),
-        export_jsonl=bool(opt("export_jsonl")),
-        allow_protocol_change=bool(opt("allow_protocol_change")),
-        gates=_gates(config),
-        bootstrap=_int("--bootstrap", opt("bootstrap"), 1000, minimum=0),
-        repeat_orig=_int("--repeat-orig", opt("repeat_orig"), 0, minimum=0),
-        repeat_sample=_int("--repeat-sample", opt("repeat_sample"), 200),
-        reports=not opt("no_reports"),
-        api_key=os.environ.get("SATBENCH_API_KEY") or os.environ.get("OPENAI_API_KEY"),
-    ))
+    values = {opt.dest: _value(config, opt) for opt in OPTIONS}
+    kwargs: dict[str, Any] = {}
+    for opt in OPTIONS:
+        value = opt.build(values) if opt.build is not None else values[opt.dest]
+        names = opt.settings_fields
+        if len(names) == 1:
+            kwargs[names[0]] = value
+        elif names:
+            kwargs.update(zip(names, value, strict=True))
+    api_key = os.environ.get("SATBENCH_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    return Settings(**kwargs, api_key=api_key)
 
 
-def _check_repeat(settings: Settings) -> Settings:
-    if settings.repeat_orig == 1:
-        raise pytest.UsageError("--repeat-orig: K is the number of asks in all; pass 2 or more (or 0 to turn it off)")
-    return settings
+def markdown_rows(options: Sequence[Option] = OPTIONS) -> list[str]:
+    """README's options table, `| option | default | meaning |`, from the table."""
 
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
 
-def _gates(config: pytest.Config) -> tuple[Gate, ...]:
-    try:
-        from_ini = list(config.getini("satbench_gates") or [])
-    except ValueError:
-        from_ini = []
-    out = []
-    for text in from_ini + list(config.getoption("gate") or []):
-        try:
-            out.append(parse_gate(text))
-        except GateError as exc:
-            raise pytest.UsageError(str(exc)) from None
-    return tuple(out)
-
-
-def _tag(raw: str | None) -> str:
-    if not raw:
-        return "default"
-    if not all(ch.isalnum() or ch in "-_." for ch in raw) or raw.startswith("."):
-        raise pytest.UsageError(f"--tag: use letters, digits, '-', '_' or '.', got {raw!r}")
-    return raw
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    for opt in options:
+        metavar = opt.shown_metavar
+        name = f"`{opt.flag} {metavar}`" if metavar else f"`{opt.flag}`"
+        shown = opt.shown_default()
+        if opt.kind == "flag":
+            shown = "off"
+        elif shown is None:
+            shown = ""
+        elif opt.default_doc is None:
+            shown = f"`{opt.default}`" if isinstance(opt.default, str) else shown
+        meaning = opt.help
+        if opt.ini:
+            how = ", one per line, added to these" if opt.ini_adds else ", one per line" if opt.kind == "list" else ""
+            meaning += f" (ini `{opt.ini}`{how})"
+        rows.append(f"| {cell(name)} | {cell(shown)} | {cell(meaning)} |")
+    return rows

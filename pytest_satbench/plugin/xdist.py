@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from pytest_satbench.plugin.items import QuestionItem
+from pytest_satbench.plugin.items import SESSION_KEY, QuestionItem
 
 
 def image_groups(items: Sequence[pytest.Item]) -> list[int]:
@@ -98,12 +98,8 @@ class ImageGroupScheduling:
         self.node2pending: dict[Any, deque[int]] = {}
         self.pending_groups: deque[range] = deque()
         self.collection: Sequence[str] | None = None
-        concurrency = 64
-        try:
-            concurrency = int(config.getoption("concurrency") or 64)
-        except (ValueError, TypeError):
-            pass
-        self.fill_to = 4 * concurrency
+        # the parsed settings, so the ini's satbench_concurrency counts here as everywhere
+        self.fill_to = 4 * config.stash[SESSION_KEY].settings.concurrency
 
     # ------------------------------------------------------------------ protocol state
     @property

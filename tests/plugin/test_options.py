@@ -1,8 +1,20 @@
-"""Option parsing: the seed's One-D-Piece shorthands."""
+"""Option parsing: the option table, its settings, its errors, the seed's shorthands."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
+from datasets_fake import rsvqa_suite
+from servers import FakeVLM
+
+from pytest_satbench.plugin.items import SESSION_KEY
+from pytest_satbench.plugin.options import OPTIONS, Settings, _field_defaults, markdown_rows
 
 
 def test_seed_shorthands_expand_to_onedpiece_arms(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -19,3 +31,204 @@ def test_seed_shorthands_expand_to_onedpiece_arms(monkeypatch: pytest.MonkeyPatc
         _expand_onedpiece([], "16", None, None)
     monkeypatch.setenv("SATBENCH_ONEDPIECE_CKPT", "/w/s.bin")
     assert _expand_onedpiece([], "8", None, None) == ["onedpiece:nlatent=8"]
+
+
+# ---------------------------------------------------------------------- the option table
+# Real pytest runs (pytester, in-process) of the plugin: what `pytest --help` shows, what the
+# settings become from an ini file and a command line, what a bad value reports.
+
+class GrabSettings:
+    """A plugin passed to the in-process run: keeps the Settings the satbench plugin parsed."""
+
+    settings: Settings | None = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.settings = session.config.stash[SESSION_KEY].settings
+
+
+def settings_of(pytester: pytest.Pytester, *args: str) -> Settings:
+    grab = GrabSettings()
+    result = pytester.runpytest("--collect-only", "-q", *args, plugins=[grab])
+    assert grab.settings is not None, result.stderr.str()
+    return grab.settings
+
+
+def test_settings_defaults_are_the_tables() -> None:
+    filled = Counter(name for opt in OPTIONS for name in opt.settings_fields)
+    settings_fields = {f.name for f in dataclasses.fields(Settings)}
+    assert set(filled) == settings_fields - {"api_key"}  # every field has its option
+    assert max(filled.values()) == 1  # and only one
+    assert len({opt.flag for opt in OPTIONS}) == len(OPTIONS)
+    defaults = _field_defaults(OPTIONS)
+    assert {name: getattr(Settings(), name) for name in defaults} == defaults
+
+
+def test_no_options_give_the_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("SATBENCH_DATA_ROOT", "TOKLIP_ROOT", "SATBENCH_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    assert settings_of(pytester) == Settings()
+
+
+def test_help_shows_every_option_and_ini_with_its_default(pytester: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option, so each help is matched whole
+    result = pytester.runpytest("--help")
+    assert result.ret == 0
+    lines = [line.strip() for line in result.outlines] + [""]
+
+    def shown(head: str, text: str) -> bool:
+        # the help follows the name on its line, or on the next one when the name is long
+        return any(line.startswith(head) and (line.endswith(text) or lines[i + 1] == text)
+                   for i, line in enumerate(lines[:-1]))
+
+    for opt in OPTIONS:
+        name = f"{opt.flag}={opt.shown_metavar}" if opt.shown_metavar else opt.flag
+        assert shown(name, opt.full_help()), opt.flag
+        if opt.shown_default() is not None and opt.kind != "flag":
+            assert "(default" in opt.full_help()
+        if opt.ini:
+            kind = "linelist" if opt.kind == "list" else "string"
+            assert shown(f"{opt.ini} ({kind}):", opt.ini_help()), opt.ini
+    assert "(default 64)" in opt_help("--concurrency")
+    assert "(default 'geocot')" in opt_help("--prompt-style")
+
+
+def opt_help(flag: str) -> str:
+    return next(o for o in OPTIONS if o.flag == flag).full_help()
+
+
+# per option with an ini name: ini value, command-line value, Settings value read back,
+# expected from the ini, expected with both
+IniCase = tuple[str, str, Callable[[Settings], Any], Any, Any]
+
+
+def ini_cases(d1: Path, d2: Path) -> dict[str, IniCase]:
+    def arms(s: Settings) -> tuple[str, ...]:
+        return tuple(a.canonical for a in s.arms)
+
+    return {
+        "--servers": ("http://a:1", "http://b:2/", lambda s: s.servers, ("http://a:1",), ("http://b:2",)),
+        "--model": ("m-ini", "m-cli", lambda s: s.model, "m-ini", "m-cli"),
+        "--data-root": (str(d1), str(d2), lambda s: (s.data_root, s.data_root_source),
+                        (d1, "satbench_data_root"), (d2, "--data-root")),
+        "--recon": ("jpeg:quality=10", "jpeg:quality=20", arms, ("jpeg:quality=10",), ("jpeg:quality=20",)),
+        "--max-new": ("100", "200", lambda s: s.max_new, 100, 200),
+        "--concurrency": ("8", "3", lambda s: s.concurrency, 8, 3),
+        "--cache-images": ("10", "20", lambda s: s.cache_images, 10, 20),
+        "--request-timeout": ("30", "2.5", lambda s: s.request_timeout, 30.0, 2.5),
+        "--retries": ("0", "2", lambda s: s.retries, 0, 2),
+        "--prompt-style": ("geochat", "geocot", lambda s: s.prompt_style, "geochat", "geocot"),
+        "--box-grid": ("100", "pixels", lambda s: s.box_grid, "100", "pixels"),
+        # the ini's gates are added to the command line's, not replaced
+        "--gate": ("delta>=-2.0", "recon>=0.5", lambda s: tuple(g.text for g in s.gates),
+                   ("delta>=-2.0",), ("delta>=-2.0", "recon>=0.5")),
+    }
+
+
+def test_ini_values_apply_and_the_command_line_beats_them(pytester: pytest.Pytester) -> None:
+    d1, d2 = pytester.mkdir("d1"), pytester.mkdir("d2")
+    cases = ini_cases(d1, d2)
+    with_ini = {o.flag: o for o in OPTIONS if o.ini}
+    assert set(cases) == set(with_ini)  # a new ini option needs its case here
+    pytester.makeini("[pytest]\n" + "".join(f"{with_ini[f].ini} = {c[0]}\n" for f, c in cases.items()))
+    from_ini = settings_of(pytester)
+    cli = [arg for flag, c in cases.items() for arg in (flag, c[1])]
+    from_both = settings_of(pytester, *cli)
+    for flag, (_, _, read, want_ini, want_both) in cases.items():
+        assert read(from_ini) == want_ini, flag
+        assert read(from_both) == want_both, flag
+
+
+# per option with a parser: a bad value and the one line it gives
+BAD_VALUES: dict[str, tuple[str, str]] = {
+    "--servers": ("gpu1:8000", "--servers: 'gpu1:8000' is not a URL*"),
+    "--data-root": ("/nonexistent/data", "--data-root: /nonexistent/data is not a folder*"),
+    "--limit": ("x", "--limit: expected an integer, got 'x'"),
+    "--recon": ("webp", "--recon 'webp': unknown codec 'webp'*"),
+    "--nlatent": ("16,x", "--nlatent: expected an integer, got 'x'"),
+    "--max-tiles": ("0", "--max-tiles: must be at least 1, got 0"),
+    "--recon-gpu": ("cuda:1", "--recon-gpu: pass a GPU index (e.g. 7)*"),
+    "--max-new": ("x", "--max-new: expected an integer, got 'x'"),
+    "--concurrency": ("many", "--concurrency: expected an integer, got 'many'"),
+    "--cache-images": ("0", "--cache-images: must be at least 1, got 0"),
+    "--request-timeout": ("soon", "--request-timeout: expected a number of seconds, got 'soon'"),
+    "--retries": ("-1", "--retries: must be at least 0, got -1"),
+    "--tag": ("../x", "--tag: use letters, digits, '-', '_' or '.', got '../x'"),
+    "--fail-on": ("x", "--fail-on: expected one of error, regression, got 'x'"),
+    "--prompt-style": ("x", "--prompt-style: unknown prompt style 'x'; known: *"),
+    "--box-grid": ("7", "--box-grid: expected one of 1000, 100, pixels, got '7'"),
+    "--iou": ("x", "--iou: expected one of inclusive, continuous, got 'x'"),
+    "--gate": ("x", "--gate 'x': expected *"),
+    "--repeat-orig": ("1", "--repeat-orig: K is the number of asks in all*"),
+    "--repeat-sample": ("x", "--repeat-sample: expected an integer, got 'x'"),
+    "--bootstrap": ("x", "--bootstrap: expected an integer, got 'x'"),
+}
+
+
+def assert_one_line_usage_error(result: pytest.RunResult, message: str) -> None:
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in result.errlines if line.strip()]
+    assert len(lines) == 1, lines
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
+def test_every_parsed_option_has_a_bad_value_case() -> None:
+    parsed = {o.flag for o in OPTIONS if o.parser is not None or o.build is not None}
+    assert set(BAD_VALUES) == parsed
+
+
+@pytest.mark.parametrize("flag", list(BAD_VALUES))
+def test_a_bad_value_is_one_line_naming_the_option(pytester: pytest.Pytester, flag: str) -> None:
+    value, message = BAD_VALUES[flag]
+    assert_one_line_usage_error(pytester.runpytest(flag, value), message)
+
+
+def test_a_bad_ini_value_is_one_line_naming_the_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nsatbench_concurrency = many\nsatbench_request_timeout = nan\n")
+    assert_one_line_usage_error(pytester.runpytest(), "satbench_concurrency: expected an integer, got 'many'")
+    # a good command-line value means the ini's is not used, so not checked
+    assert_one_line_usage_error(pytester.runpytest("--concurrency", "2"),
+                                "satbench_request_timeout: must be a positive number of seconds, got 'nan'")
+
+
+def test_readme_rows_cover_the_table() -> None:
+    rows = markdown_rows()
+    assert rows[0] == "| option | default | meaning |"
+    assert len(rows) == 2 + len(OPTIONS)
+    assert "| `--concurrency N` | 64 | requests in flight" in rows[2 + [o.flag for o in OPTIONS].index("--concurrency")]
+    assert all(row.count(" | ") == 2 for row in rows[2:])  # no unescaped | inside a cell
+
+
+# ---------------------------------------------------------------------- xdist
+
+BENCH_MODULE = """
+from pytest_satbench import benchmark_test
+test_rsvqa_lr = benchmark_test("rsvqa_lr")
+"""
+
+# records what the satbench scheduler was built with, from the controller
+FILL_TO_CONFTEST = """
+import pytest
+
+@pytest.hookimpl(wrapper=True)
+def pytest_xdist_make_scheduler(config, log):
+    sched = yield
+    (config.rootpath / "fill_to.txt").write_text(str(getattr(sched, "fill_to", None)))
+    return sched
+"""
+
+
+def test_xdist_scheduler_honours_ini_concurrency(pytester: pytest.Pytester) -> None:
+    data = rsvqa_suite(pytester, BENCH_MODULE, n_images=2, per_type=1)
+    pytester.makeconftest(FILL_TO_CONFTEST)
+    pytester.makeini("[pytest]\nsatbench_concurrency = 8\n")
+    fill_to = pytester.path / "fill_to.txt"
+    with FakeVLM(models=["m"], answer=lambda prompt, has_image, image: "yes") as srv:
+        args = ("--servers", srv.url, "--data-root", str(data), "-n", "2", "-q",
+                "-W", "ignore::pytest.PytestAssertRewriteWarning")
+        from_ini = pytester.runpytest(*args)
+        assert from_ini.ret == 0, from_ini.stdout.str()
+        assert json.loads(fill_to.read_text()) == 4 * 8  # the scheduler keeps 4 x concurrency queued
+        from_cli = pytester.runpytest(*args, "--concurrency", "3")
+        assert from_cli.ret == 0, from_cli.stdout.str()
+        assert json.loads(fill_to.read_text()) == 4 * 3
