@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pytest_satbench.engine.transport import Connections, Response, TransportError
+from pytest_satbench.engine.transport import (
+    Connections,
+    ProxySettings,
+    Response,
+    TransportError,
+)
 
 __all__ = [
     "RETRY_AFTER_MAX_S",
@@ -41,6 +46,10 @@ RETRY_AFTER_MAX_S = 120.0
 # ready, whatever --request-timeout says.
 HEALTH_TIMEOUT_S = 60.0
 _SNIPPET = 200  # characters of a server's error message quoted in our one-line errors
+_PROXY_ADVICE = ("check HTTPS_PROXY / HTTP_PROXY (an http://[USER:PASSWORD@]HOST:PORT URL), "
+                 "or add the server to NO_PROXY")
+_PROXY_AUTH_ADVICE = ("the proxy wants credentials: put them in the proxy URL, "
+                      "HTTPS_PROXY / HTTP_PROXY=http://USER:PASSWORD@HOST:PORT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +234,7 @@ class _Server:
     url: str  # for connecting only: it may carry user:password@
     name: str  # the URL as shown everywhere (answers, usage, errors)
     conns: Connections
+    route: str = ""  # how failures name it: the name, plus the proxy it is reached through
     in_flight: int = 0
     not_before: float = 0.0  # monotonic time before which no attempt goes here
     consecutive_failures: int = 0  # connection-level, drives the cool-down
@@ -246,13 +256,15 @@ class _Attempt(Exception):
     """One failed attempt; internal. `transient` decides whether another try is worth it."""
 
     def __init__(self, reason: str, *, transient: bool, status: int | None = None,
-                 retry_after: float | None = None, server_down: bool = False) -> None:
+                 retry_after: float | None = None, server_down: bool = False,
+                 advice: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.transient = transient
         self.status = status
         self.retry_after = retry_after
         self.server_down = server_down
+        self.advice = advice  # what to do, when it is not the server's doing (a proxy's)
 
 
 class ServerPool:
@@ -261,7 +273,7 @@ class ServerPool:
     def __init__(self, urls: Sequence[str], *, timeout: float = 600.0, retries: int = 4,
                  concurrency: int = 64, api_key: str | None = None,
                  backoff_base: float = 0.5, backoff_max: float = 30.0,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, proxies: ProxySettings | None = None) -> None:
         if isinstance(urls, str):
             urls = [u for u in urls.split(",") if u.strip()]
         if not urls:
@@ -286,14 +298,24 @@ class ServerPool:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        # The proxy environment is read once, here: every server routes by the same snapshot.
+        proxies = ProxySettings.from_environment() if proxies is None else proxies
         # One keep-alive pool per server: connections are reused instead of opening one per
         # request (the seed did). Nothing below retries on its own: we decide what is
         # retried, and a POST must not be replayed behind our back.
         self._servers = [
             _Server(url=u, name=_display(u), conns=Connections(
-                u, connect_timeout=self.connect_timeout, read_timeout=self.timeout, headers=headers))
+                u, connect_timeout=self.connect_timeout, read_timeout=self.timeout, headers=headers,
+                proxies=proxies))
             for u in norm
         ]
+        self._secrets = [self._api_key] if self._api_key else []
+        for srv in self._servers:
+            proxy = srv.conns.proxy
+            srv.route = srv.name if proxy is None else f"{srv.name} via proxy {proxy.display}"
+            # A very short password would also match ordinary words of the message.
+            if proxy is not None and proxy.password and len(proxy.password) >= 6:
+                self._secrets.append(proxy.password)
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._rr = 0
@@ -317,9 +339,9 @@ class ServerPool:
         return [s.name for s in self._servers]
 
     def _scrub(self, text: str) -> str:
-        """Last line of defence: servers do echo credentials in error bodies."""
-        if self._api_key:
-            text = text.replace(self._api_key, "<api-key>")
+        """Last line of defence: servers (and proxies) do echo credentials in error bodies."""
+        for secret in self._secrets:
+            text = text.replace(secret, "<api-key>" if secret == self._api_key else "<password>")
         return text
 
     # ------------------------------------------------------------------ health and model
@@ -327,28 +349,36 @@ class ServerPool:
         """GET {url}/v1/models on every server -> {url: model ids}. Raises ServerUnavailable."""
         problems: list[str] = []
         result: dict[str, list[str]] = {}
+        proxied = False  # a failure on the way through a proxy that the reason does not explain
         for srv in self._servers:
             try:
                 ids = self._list_models(srv)
             except _Attempt as e:
-                problems.append(f"{srv.name} ({e.reason})")
+                problems.append(f"{srv.route} ({e.reason}; {e.advice})" if e.advice
+                                else f"{srv.route} ({e.reason})")
+                proxied = proxied or (srv.conns.proxy is not None and not e.advice)
                 continue
             srv.models = ids
             result[srv.name] = ids
         if problems:
             what = "server fails" if len(problems) == 1 else "servers fail"
+            via = f"; if it is the proxy, {_PROXY_ADVICE}" if proxied else ""
             raise ServerUnavailable(self._scrub(
                 f"{what} the health check GET /v1/models: {'; '.join(problems)}; "
-                "start the server(s) or fix --servers (and the API key for 401/403)"))
+                f"start the server(s) or fix --servers (and the API key for 401/403){via}"))
         return result
 
     def _list_models(self, srv: _Server) -> list[str]:
         try:
             r = srv.conns.request("GET", "/v1/models", timeout=min(self.timeout, HEALTH_TIMEOUT_S))
         except TransportError as e:
+            if e.kind == "proxy":
+                raise _proxy_attempt(e) from None
             if e.kind in ("timeout", "connect-timeout"):
                 raise _Attempt("timed out", transient=True) from None
             raise _Attempt(_one_line(str(e)), transient=True) from None
+        if r.status == 407 and srv.conns.proxy is not None:
+            raise _proxy_auth_attempt(r)
         if r.status != 200:
             raise _Attempt(f"HTTP {r.status}: {_error_snippet(r)}", transient=False,
                            status=r.status)
@@ -433,18 +463,24 @@ class ServerPool:
                         srv.in_flight -= 1
             return answer
         assert failure is not None and srv is not None
-        if failure.transient:
+        if failure.advice:
+            advice = failure.advice
+        elif failure.transient and failure.server_down and srv.conns.proxy is not None:
+            advice = "the server or the proxy is down; " + _PROXY_ADVICE
+        elif failure.transient:
             advice = ("the server is down, overloaded or too slow; check it, or raise "
                       "--retries / --request-timeout")
         elif failure.status in (401, 403):
             advice = "check the API key (OPENAI_API_KEY / SATBENCH_API_KEY)"
+            if srv.conns.proxy is not None:  # a forward proxy's refusal looks the same
+                advice += "; if the proxy refused it, " + _PROXY_ADVICE
         elif failure.status == 404:
             advice = "check --model and the server URL"
         else:
             advice = "the server refused this request; check --model and --max-tokens against the server"
         n = attempt
         where = f" (on {', '.join(tried)})" if len(tried) > 1 else ""
-        msg = (f"{srv.name}: POST /v1/chat/completions failed after {n} "
+        msg = (f"{srv.route}: POST /v1/chat/completions failed after {n} "
                f"attempt{'s' if n != 1 else ''}{where}: {failure.reason}; {advice}")
         raise RequestFailed(self._scrub(msg), server=srv.name, attempts=n, status=failure.status,
                             transient=failure.transient)
@@ -479,6 +515,8 @@ class ServerPool:
         try:
             r = srv.conns.request("POST", "/v1/chat/completions", payload)
         except TransportError as e:
+            if e.kind == "proxy":
+                raise _proxy_attempt(e) from None
             if e.kind == "connect-timeout":
                 raise _Attempt(f"timed out (no connection within {self.connect_timeout:g} s)",
                                transient=True, server_down=True) from None
@@ -493,6 +531,8 @@ class ServerPool:
         latency = time.monotonic() - t0
 
         status = r.status
+        if status == 407 and srv.conns.proxy is not None:
+            raise _proxy_auth_attempt(r)
         if status == 429 or status == 408 or status >= 500:
             raise _Attempt(f"HTTP {status}: {_error_snippet(r)}", transient=True, status=status,
                            retry_after=_retry_after(r))
@@ -567,6 +607,25 @@ class ServerPool:
         self._closed = True
         for s in self._servers:
             s.conns.close()
+
+
+def _proxy_attempt(e: TransportError) -> _Attempt:
+    """The proxy refused the tunnel, or its URL is unusable. Refusals it might lift (5xx: it
+    cannot reach the server just now) are retried; a 403 or 407 would only be refused again."""
+    status = e.status
+    if status is None:
+        return _Attempt(_one_line(str(e)), transient=False, advice=_PROXY_ADVICE)
+    if status == 407:
+        return _Attempt(_one_line(str(e)), transient=False, status=status, advice=_PROXY_AUTH_ADVICE)
+    transient = status >= 500 or status in (408, 429)
+    return _Attempt(_one_line(str(e)), transient=transient, status=status, server_down=transient,
+                    advice=None if transient else _PROXY_ADVICE)
+
+
+def _proxy_auth_attempt(r: Response) -> _Attempt:
+    # A forward proxy answers 407 itself; it would answer every retry the same way.
+    return _Attempt(f"HTTP 407 from the proxy: {_error_snippet(r)}", transient=False, status=407,
+                    advice=_PROXY_AUTH_ADVICE)
 
 
 def chat_payload(model: str, prompt: str, image_b64: bytes | None, max_tokens: int,

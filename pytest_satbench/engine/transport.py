@@ -1,43 +1,60 @@
 """Keep-alive HTTP/1.1 connections to one server, on the standard library's http.client.
 
-Why not requests: at hundreds of questions per second the client is CPU-bound (one
-Python process, one GIL), and requests spent ~0.5 ms of CPU per call merging settings,
-re-reading the proxy environment and re-preparing headers: a quarter of the plugin's
-CPU per question. Chat completions need none of that: one POST of a prepared body to a
-fixed URL on a reused connection. What requests gave that matters is kept: proxies from
-the environment (HTTP(S)_PROXY, NO_PROXY, read once), HTTPS with the system's CA store
-(or REQUESTS_CA_BUNDLE / SSL_CERT_FILE), `user:password@` in the URL as basic auth, and
-separate connect and read timeouts.
+Why not urllib3 or requests: at hundreds of questions per second the client is CPU-bound
+(one Python process, one GIL). Measured side by side (bench/http_client.py; numbers in
+docs/performance.md, "HTTP client"), a chat POST on a reused connection costs this transport
+about half the client CPU that urllib3 needs for it (urllib3 runs the same http.client under
+per-call timeout, retry, pool-queue and response layers) and a fifth of what requests needs.
+Chat completions need none of those layers: one POST of a prepared body to a fixed URL.
+
+What those libraries gave that matters is kept here: proxies from the environment
+(HTTP_PROXY / HTTPS_PROXY / NO_PROXY, lower case first, read once per pool) with
+`user:password@` in the proxy URL sent as Proxy-Authorization, a forward proxy for http://
+servers and a CONNECT tunnel for https:// ones; HTTPS with the system's CA store (or
+REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE / SSL_CERT_FILE); `user:password@` in the server URL
+as basic auth; separate connect and read timeouts. Not done: proxies reached over TLS
+(https:// proxy URLs) and SOCKS proxies, refused with a one-line error naming the proxy, and
+ALL_PROXY, which is not read.
 """
 
 from __future__ import annotations
 
 import base64
 import http.client
+import ipaddress
 import json
 import os
+import re
 import ssl
 import threading
 import time
-import urllib.request
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+__all__ = ["IDLE_MAX_S", "Connections", "Proxy", "ProxySettings", "Response", "TransportError"]
 
 # A connection idle longer than this is closed instead of reused: servers close idle
 # keep-alive connections (uvicorn after 5 s), and a request sent on one that is being
 # closed fails for no reason of its own.
 IDLE_MAX_S = 4.0
 
+# http.client reports a refused CONNECT only as this text in an OSError.
+_TUNNEL_REFUSED = re.compile(r"Tunnel connection failed: (\d{3})\s*(.*)")
+
 
 class TransportError(Exception):
     """A request that got no complete HTTP response. `kind` says what happened:
     connect (refused, unreachable), connect-timeout, timeout (no answer in time), reset
-    (the connection dropped), cut-off (the body ended early), protocol (not HTTP)."""
+    (the connection dropped), cut-off (the body ended early), protocol (not HTTP), proxy
+    (the proxy refused the CONNECT tunnel, `status` holding its answer, or the proxy
+    settings are unusable, `status` None)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +71,132 @@ class Response:
         return self.body.decode("utf-8", "replace")
 
 
-class Connections:
-    """A LIFO pool of keep-alive connections to one base URL; thread-safe."""
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    """One HTTP proxy, as a proxy URL names it."""
 
-    def __init__(self, url: str, *, connect_timeout: float, read_timeout: float, headers: dict[str, str]) -> None:
+    host: str
+    port: int
+    display: str  # the URL without credentials: the only form that goes into messages
+    authorization: str | None = field(default=None, repr=False)  # "Basic ..." from user:password@
+    password: str | None = field(default=None, repr=False)  # for callers to scrub from what they show
+
+    @classmethod
+    def parse(cls, url: str) -> Proxy:
+        """Raises ValueError (one line, no credentials) for a URL this transport cannot use."""
+        # "proxy:3128" without a scheme is common in cluster environments; curl and requests
+        # read it as http://.
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        host = parts.hostname or ""
+        try:
+            port = parts.port or 80
+        except ValueError:
+            port = -1
+        netloc = f"[{host}]" if ":" in host else host
+        display = f"{parts.scheme}://{netloc}" + (f":{parts.port}" if port > 0 and parts.port else "")
+        if parts.scheme != "http":
+            raise ValueError(
+                f"proxy {display} from the environment is not an http:// proxy (only http:// proxy URLs "
+                "are supported; https:// servers are still reached end to end through a CONNECT tunnel)")
+        if not host or port < 0:
+            raise ValueError(f"proxy URL {display!r} from the environment has no usable host:port")
+        auth = None
+        password = None
+        if parts.username is not None:
+            password = unquote(parts.password or "") or None
+            token = f"{unquote(parts.username)}:{password or ''}".encode()
+            auth = "Basic " + base64.b64encode(token).decode("ascii")
+        return cls(host, port, display, authorization=auth, password=password)
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySettings:
+    """HTTP_PROXY, HTTPS_PROXY and NO_PROXY as read from the environment at one moment.
+
+    Read once per pool, not per request: the lookups showed up in profiles when requests
+    made them per call, and a run should not change route halfway because a variable did.
+    """
+
+    http: str | None = None  # proxy URL for http:// servers
+    https: str | None = None  # proxy URL for https:// servers (a CONNECT tunnel)
+    no_proxy: tuple[str, ...] = ()
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> ProxySettings:
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            # Lower case first, and a set-but-empty lower-case variable switches the proxy
+            # off: what curl, urllib and requests do.
+            for key in (name, name.upper()):
+                if key in env:
+                    return env[key].strip() or None
+            return None
+
+        raw = get("no_proxy") or ""
+        entries = tuple(e.lower() for e in re.split(r"[,\s]+", raw) if e)
+        return cls(http=get("http_proxy"), https=get("https_proxy"), no_proxy=entries)
+
+    def bypasses(self, host: str, port: int) -> bool:
+        """Whether NO_PROXY exempts host:port: `*`, a host or domain (a leading `.` or `*.`
+        is optional and the domain's subdomains match too), an IP, a CIDR range, each
+        optionally with `:port`."""
+        host = host.lower().strip("[]")
+        try:
+            ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+        except ValueError:
+            ip = None
+        for entry in self.no_proxy:
+            if entry == "*":
+                return True
+            name, want_port = _split_port(entry)
+            if want_port is not None and want_port != port:
+                continue
+            name = name.lstrip("*").lstrip(".")
+            if not name:
+                continue
+            if "/" in name:
+                if ip is not None:
+                    try:
+                        if ip in ipaddress.ip_network(name, strict=False):
+                            return True
+                    except ValueError:
+                        pass
+                continue
+            if host == name or host.endswith("." + name):
+                return True
+        return False
+
+    def proxy_url_for(self, scheme: str, host: str, port: int) -> str | None:
+        """The proxy URL a request to scheme://host:port goes through, None for direct."""
+        raw = self.https if scheme == "https" else self.http
+        if not raw or self.bypasses(host, port):
+            return None
+        return raw
+
+
+def _split_port(entry: str) -> tuple[str, int | None]:
+    """'host:8000' -> ('host', 8000); '[::1]:8000' -> ('::1', 8000); '::1' -> ('::1', None)."""
+    if entry.startswith("["):
+        name, _, rest = entry[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif entry.count(":") == 1:
+        name, _, port = entry.partition(":")
+    else:
+        return entry, None
+    return name, int(port) if port.isdigit() else None
+
+
+class Connections:
+    """A LIFO pool of keep-alive connections to one base URL; thread-safe.
+
+    `proxies`: the proxy settings to route by; None reads them from the environment now.
+    A proxy URL that cannot be used does not raise here: every request raises
+    TransportError("proxy") naming it, so it surfaces as the server's health-check failure.
+    """
+
+    def __init__(self, url: str, *, connect_timeout: float, read_timeout: float, headers: dict[str, str],
+                 proxies: ProxySettings | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url}")
@@ -71,7 +210,23 @@ class Connections:
         if parts.username and "Authorization" not in self.headers:
             token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
             self.headers["Authorization"] = "Basic " + base64.b64encode(token).decode("ascii")
-        self.proxy = _proxy_for(parts.scheme, self.host)
+        settings = ProxySettings.from_environment() if proxies is None else proxies
+        self.proxy: Proxy | None = None
+        self.proxy_problem: str | None = None
+        raw = settings.proxy_url_for(parts.scheme, self.host, self.port)
+        if raw is not None:
+            try:
+                self.proxy = Proxy.parse(raw)
+            except ValueError as exc:
+                self.proxy_problem = str(exc)
+        netloc = f"[{self.host}]" if ":" in self.host else self.host
+        self._absolute_prefix = f"http://{netloc}:{self.port}"
+        self._tunnel_headers: dict[str, str] = {}
+        if self.proxy is not None and self.proxy.authorization is not None:
+            if self.https:  # the proxy sees only the CONNECT; everything after is TLS to the server
+                self._tunnel_headers["Proxy-Authorization"] = self.proxy.authorization
+            else:  # a forward proxy reads every request, and strips this header on its way on
+                self.headers["Proxy-Authorization"] = self.proxy.authorization
         self._context = _ssl_context() if self.https else None
         self._idle: list[tuple[http.client.HTTPConnection, float]] = []
         self._lock = threading.Lock()
@@ -82,10 +237,10 @@ class Connections:
             if self.https:
                 return http.client.HTTPSConnection(self.host, self.port, timeout=self.connect_timeout, context=self._context)
             return http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
-        phost, pport = self.proxy
-        if self.https:  # CONNECT tunnel through the proxy
+        phost, pport = self.proxy.host, self.proxy.port
+        if self.https:  # CONNECT tunnel through the proxy, then TLS with the server inside it
             conn = http.client.HTTPSConnection(phost, pport, timeout=self.connect_timeout, context=self._context)
-            conn.set_tunnel(self.host, self.port)
+            conn.set_tunnel(self.host, self.port, headers=self._tunnel_headers)
             return conn
         return http.client.HTTPConnection(phost, pport, timeout=self.connect_timeout)
 
@@ -105,10 +260,12 @@ class Connections:
 
     # ------------------------------------------------------------------ requests
     def request(self, method: str, path: str, body: bytes | None = None, *, timeout: float | None = None) -> Response:
+        if self.proxy_problem is not None:
+            raise TransportError("proxy", self.proxy_problem)
         conn = self._take()
         target = self.base_path + path
         if self.proxy is not None and not self.https:
-            target = f"http://{self.host}:{self.port}{target}"  # absolute form for an HTTP proxy
+            target = self._absolute_prefix + target  # absolute form, as a forward proxy wants
         stage = "connect"
         try:
             if conn.sock is None:
@@ -121,23 +278,39 @@ class Connections:
         except TimeoutError:
             conn.close()
             if stage == "connect":
-                raise TransportError("connect-timeout", f"no connection within {self.connect_timeout:g} s") from None
+                to = " to the proxy" if self.proxy is not None else ""
+                raise TransportError("connect-timeout", f"no connection{to} within {self.connect_timeout:g} s") from None
             raise TransportError("timeout", f"no answer within {timeout or self.read_timeout:g} s") from None
         except http.client.IncompleteRead as exc:
             conn.close()
             raise TransportError("cut-off", f"IncompleteRead: {len(exc.partial)} bytes read") from None
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as exc:
             conn.close()
-            raise TransportError("connect" if stage == "connect" else "reset", _describe(exc)) from None
+            if stage == "connect":
+                raise TransportError("connect", self._at_proxy(exc) + _describe(exc)) from None
+            raise TransportError("reset", _describe(exc)) from None
         except (ssl.SSLError, http.client.HTTPException, OSError) as exc:
             conn.close()
-            kind = "connect" if stage == "connect" else "protocol"
-            raise TransportError(kind, _describe(exc)) from None
+            if stage != "connect":
+                raise TransportError("protocol", _describe(exc)) from None
+            refused = _TUNNEL_REFUSED.match(str(exc)) if self.proxy is not None else None
+            if refused:
+                answer = f"{refused.group(1)} {refused.group(2).strip()}".strip()
+                raise TransportError("proxy", f"the proxy refused CONNECT {self.host}:{self.port} ({answer})",
+                                     status=int(refused.group(1))) from None
+            raise TransportError("connect", self._at_proxy(exc) + _describe(exc)) from None
         if resp.will_close:
             conn.close()
         else:
             self._give(conn)
         return Response(resp.status, resp.headers, data)
+
+    def _at_proxy(self, exc: BaseException) -> str:
+        """Prefix for a connect-stage failure that happened between us and the proxy. A TLS
+        error through a tunnel is the server's (the proxy only relays bytes)."""
+        if self.proxy is None or isinstance(exc, ssl.SSLError):
+            return ""
+        return "to the proxy: "
 
     def close(self) -> None:
         with self._lock:
@@ -151,19 +324,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _proxy_for(scheme: str, host: str) -> tuple[str, int] | None:
-    if urllib.request.proxy_bypass(host):
-        return None
-    proxy = urllib.request.getproxies().get(scheme)
-    if not proxy:
-        return None
-    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-    if not parts.hostname:
-        return None
-    return parts.hostname, parts.port or 80
-
-
 def _ssl_context() -> ssl.SSLContext:
+    # SSL_CERT_FILE / SSL_CERT_DIR are honoured by the default context itself.
     bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
     return ssl.create_default_context(cafile=bundle or None)
-

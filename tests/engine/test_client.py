@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import socket
 import subprocess
@@ -15,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import requests
 from servers import Fail, FakeVLM
 
 from pytest_satbench.engine.client import (
@@ -30,6 +30,15 @@ from pytest_satbench.engine.client import (
 
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "timeout": 5.0, "connect_timeout": 2.0}
 JPEG = bytes(range(256)) * 3  # the client never decodes it; any bytes must round-trip
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loopback servers are reached directly whatever proxy the machine runs behind
+    (tests/engine/test_proxy.py tests proxies)."""
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
 
 
 def dead_url() -> str:
@@ -257,9 +266,13 @@ def test_keep_alive_connections_are_reused() -> None:
         assert p50 is not None and p50 < 0.03
         assert srv.connections == 1
         # the seed's requests.post without a session: one connection per request
+        host, port = srv.url.removeprefix("http://").split(":")
         for _ in range(3):
-            requests.post(f"{srv.url}/v1/chat/completions", timeout=5,
-                          json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+            once = http.client.HTTPConnection(host, int(port), timeout=5)
+            once.request("POST", "/v1/chat/completions", headers={"Content-Type": "application/json"},
+                         body=json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}))
+            once.getresponse().read()
+            once.close()
         assert srv.connections == 4
 
 
@@ -456,7 +469,7 @@ def test_credentials_in_server_url_never_shown() -> None:
             models = pool.health_check()
             a = ask(pool)
             shown = [repr(pool), a.server, *pool.usage(), *models, repr(pool.usage()), *pool.urls]
-    assert srv.recorded[0].authorization is not None  # requests sent them as Basic auth
+    assert srv.recorded[0].authorization is not None  # sent as Basic auth
     assert a.server == srv.url and not any("hunter2" in x for x in shown)
 
 
