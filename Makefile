@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install install-torch clean
+.PHONY: demo test install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,15 +14,16 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install -q -e .
 
-# One-D-Piece needs torch + torchvision + timm: the pair this machine serves from local disk.
-install-torch: install
+# The tests need One-D-Piece's torch + torchvision + timm (the pair this machine serves from
+# local disk) and the test extra (an independent HTTP client for the reference server's tests).
+install-test: install
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install -q -e '.[onedpiece]'
+	$(BIN)/pip install -q -e '.[onedpiece,test]'
 
 demo: install
 	$(BIN)/pytest benchmarks -k demo --servers builtin --recon jpeg:quality=10 -q
 
-test: install-torch
+test: install-test
 	$(BIN)/pytest -q
 
 clean:
