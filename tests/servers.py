@@ -41,6 +41,21 @@ AnswerFn = Callable[[str, bool, "bytes | None"], str]
 FailKind = Literal["status", "reset", "hang", "malformed", "truncated"]
 
 
+def dead_url() -> str:
+    """A loopback port nobody listens on (connection refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def one_line(e: BaseException) -> str:
+    """str(e), checked to be one non-empty line, as every user-facing error must be."""
+    s = str(e)
+    assert "\n" not in s and s.strip() == s and s
+    return s
+
+
 @dataclass(frozen=True, slots=True)
 class Fail:
     """One injected failure. Build with the class methods."""

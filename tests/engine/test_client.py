@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from servers import Fail, FakeVLM
+from servers import Fail, FakeVLM, dead_url, one_line
 
 from pytest_satbench.engine.client import (
     Answer,
@@ -41,18 +40,6 @@ def no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.upper(), raising=False)
 
 
-def dead_url() -> str:
-    """A loopback port nobody listens on (connection refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
-def one_line(e: BaseException) -> str:
-    s = str(e)
-    assert "\n" not in s and s.strip() == s and s
-    return s
 
 
 def ask(pool: ServerPool, prompt: str = "q", image: bytes | None = JPEG, **kw: object) -> Answer:

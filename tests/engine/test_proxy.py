@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from servers import FakeVLM
+from servers import FakeVLM, dead_url, one_line
 
 from pytest_satbench.engine.client import RequestFailed, ServerPool, ServerUnavailable
 from pytest_satbench.engine.transport import Proxy, ProxySettings
@@ -36,17 +36,6 @@ def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def dead_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
-def one_line(e: BaseException) -> str:
-    s = str(e)
-    assert "\n" not in s and s.strip() == s and s
-    return s
 
 
 def ask(pool: ServerPool, prompt: str = "q") -> str:

@@ -32,10 +32,12 @@ def _open_files(path: Path) -> list[str]:
     return out
 
 
-def _satbench_threads() -> list[str]:
+def _satbench_threads(before: set[threading.Thread]) -> list[str]:
+    """The plugin's threads started since `before` that are still alive (other tests' leftovers
+    do not count); waits a little, as a stopped thread takes a moment to end."""
     deadline = time.monotonic() + 5
     while True:
-        alive = [t.name for t in threading.enumerate() if t.name.startswith("satbench-")]
+        alive = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("satbench-")]
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.05)
@@ -54,6 +56,7 @@ def _question(tmp_path: Path) -> Question:
 
 
 def test_start_ask_close_leaves_nothing_open_and_records_traffic(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
     with FakeVLM(models=["m"], answer=lambda prompt, has_image, image: "yes") as srv:
         rt = Runtime.start(_config(tmp_path, srv.url, arms=(ArmSpec("jpeg", (("quality", "50"),)),)))
         assert rt.model == "m"
@@ -61,7 +64,7 @@ def test_start_ask_close_leaves_nothing_open_and_records_traffic(tmp_path: Path)
         assert set(result.arms) == {"orig", "jpeg:quality=50"} and not result.errors
         assert result.sent_size == (40, 30)
         rt.close()
-    assert _satbench_threads() == []
+    assert _satbench_threads(before) == []
     assert _open_files(tmp_path / "results.sqlite") == []
     store = ResultStore(tmp_path / "results.sqlite")
     traffic = store.traffic("r1")
@@ -71,6 +74,7 @@ def test_start_ask_close_leaves_nothing_open_and_records_traffic(tmp_path: Path)
 
 @pytest.mark.parametrize("case", ["protocol conflict", "bad codec", "no model"])
 def test_a_refused_start_closes_what_it_opened(tmp_path: Path, case: str) -> None:
+    before = set(threading.enumerate())
     with FakeVLM(models=["m"]) as srv:
         if case == "protocol conflict":  # an earlier run under the tag asked another model
             Runtime.start(_config(tmp_path, srv.url, model="m", run_id="r0")).close()
@@ -85,7 +89,7 @@ def test_a_refused_start_closes_what_it_opened(tmp_path: Path, case: str) -> Non
             match = "absent"
         with pytest.raises(StartError, match=match):
             Runtime.start(cfg)
-    assert _satbench_threads() == []
+    assert _satbench_threads(before) == []
     assert _open_files(tmp_path / "results.sqlite") == []
 
 
