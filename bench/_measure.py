@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 GNU_TIME = Path("/usr/bin/time")
 
@@ -28,3 +31,18 @@ def measured(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None = 
         user, sys_, kb = stats.read_text().split("\n")[-2].split()
         return wall, float(user) + float(sys_), int(kb) / 1024, rc
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, rc
+
+
+def write_result(path: Path, **fields: Any) -> None:
+    """Write a bench result as JSON with how and where it was measured (the command, the
+    date, the machine's CPUs and load at the end: these machines are noisy, so every number
+    travels with its conditions), then say where it went."""
+    result = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
+        **fields,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {path}")

@@ -41,7 +41,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from _measure import measured  # bench/ is on sys.path when run as a script
+from _measure import measured, write_result  # bench/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out"
@@ -262,20 +262,13 @@ def main() -> int:
         for base, r in table.items():
             print(f"{label + ' / ' + base:42} CPU {r['cpu']:.2f}  wall {r['wall']:.2f}  peak RSS {r['max_rss']:.2f}"
                   f"   (target <= 0.60)")
-    result = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
-        "data": {"hr_questions": HR_QUESTIONS, "hr_images": HR_IMAGES, "hr_stubs": HR_STUBS,
-                 "hr_questions_file_mb": qsize / 2**20, "hr_answers_file_mb": asize / 2**20,
-                 "lr_questions": LR_QUESTIONS},
-        "medians": med,
-        "plugin_over": ratios,
-        "plugin_cached_over": cached,
-        "runs": [asdict(r) for r in runs],
-    }
-    (OUT / "collection.json").write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {OUT / 'collection.json'}")
+    write_result(
+        OUT / "collection.json",
+        data={"hr_questions": HR_QUESTIONS, "hr_images": HR_IMAGES, "hr_stubs": HR_STUBS,
+              "hr_questions_file_mb": qsize / 2**20, "hr_answers_file_mb": asize / 2**20,
+              "lr_questions": LR_QUESTIONS},
+        medians=med, plugin_over=ratios, plugin_cached_over=cached, runs=[asdict(r) for r in runs],
+    )
     return 0
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import json
 import os
 import resource
 import statistics
@@ -35,10 +34,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Protocol
 
-from throughput import OUT, Server  # bench/ is on sys.path when run as a script
+from _measure import write_result  # bench/ is on sys.path when run as a script
+from throughput import OUT, Server
 
 try:
     import urllib3
@@ -219,17 +218,13 @@ def main() -> int:
             summary[f"{name} c={threads}"] = row
             print(f"{threads:>11} {name:18} {row['requests_per_s']:8.0f} {row['rps_ratio']:6.2f} "
                   f"{row['client_cpu_us_per_request']:11.0f} {row['cpu_ratio']:6.2f}")
-    result = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
-        "versions": {"python": sys.version.split()[0], "urllib3": urllib3.__version__},
-        "settings": {"requests": a.requests, "concurrency": levels, "reps": a.reps, "body_bytes": len(body)},
-        "summary": summary,
-        "runs": [asdict(r) | {"requests_per_s": r.rps, "cpu_us_per_request": r.cpu_us_per_request} for r in runs],
-    }
-    (OUT / "http_client.json").write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {OUT / 'http_client.json'}")
+    write_result(
+        OUT / "http_client.json",
+        versions={"python": sys.version.split()[0], "urllib3": urllib3.__version__},
+        settings={"requests": a.requests, "concurrency": levels, "reps": a.reps, "body_bytes": len(body)},
+        summary=summary,
+        runs=[asdict(r) | {"requests_per_s": r.rps, "cpu_us_per_request": r.cpu_us_per_request} for r in runs],
+    )
     return 0
 
 

@@ -34,11 +34,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from _measure import measured  # bench/ is on sys.path when run as a script
+from _measure import measured, write_result  # bench/ is on sys.path when run as a script
 
 PACKAGE = "pytest_satbench"
 BUDGET_WALL_MS = 30.0
@@ -283,17 +282,13 @@ def main() -> int:
     d_wall, d_rss = deltas(med)
     verdict = over_budget(d_wall, d_rss)
     if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps({
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
-            "budget": {"wall_ms": BUDGET_WALL_MS, "max_rss_mb": BUDGET_RSS_MB},
-            "medians": med, "delta": {"wall_ms": d_wall, "max_rss_mb": d_rss}, "verdict": verdict or "ok",
-            "plugin_import_ms": plugin_ms, "extra_modules": sorted(extra),
-            "heavy": [asdict(h) for h in heavy], "runs": [asdict(r) for r in runs],
-        }, indent=2))
-        print(f"wrote {a.json}")
+        write_result(
+            a.json,
+            budget={"wall_ms": BUDGET_WALL_MS, "max_rss_mb": BUDGET_RSS_MB},
+            medians=med, delta={"wall_ms": d_wall, "max_rss_mb": d_rss}, verdict=verdict or "ok",
+            plugin_import_ms=plugin_ms, extra_modules=sorted(extra),
+            heavy=[asdict(h) for h in heavy], runs=[asdict(r) for r in runs],
+        )
     if verdict:
         raise SystemExit(verdict)
     print(f"within budget: {d_wall:+.1f} ms wall, {d_rss:+.1f} MB peak RSS")

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from _measure import measured  # bench/ is on sys.path when run as a script
+from _measure import measured, write_result  # bench/ is on sys.path when run as a script
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -344,17 +344,13 @@ def main() -> int:
     summary = summarise(runs)
     print()
     print(table(summary, runs, a.reps))
-    result = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
-        "settings": {"questions": a.questions, "images": a.images, "reps": a.reps,
-                     "concurrency": a.concurrency, "requests_per_question": 2},
-        "summary": summary,
-        "runs": [asdict(r) | {"questions_per_s": r.qps, "cpu_ms_per_question": r.cpu_ms_per_q} for r in runs],
-    }
-    (OUT / "throughput.json").write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {OUT / 'throughput.json'}")
+    write_result(
+        OUT / "throughput.json",
+        settings={"questions": a.questions, "images": a.images, "reps": a.reps,
+                  "concurrency": a.concurrency, "requests_per_question": 2},
+        summary=summary,
+        runs=[asdict(r) | {"questions_per_s": r.qps, "cpu_ms_per_question": r.cpu_ms_per_q} for r in runs],
+    )
     return 0
 
 
