@@ -1,22 +1,41 @@
-"""report.html: report.md's content plus the plots and the gallery, in one self-contained file
-(no external CSS, JS, fonts or images: it must open from an archive or a CI artifact)."""
+"""report.html: the report's Document with its plots and the gallery, in one self-contained
+file (no external CSS, JS, fonts or images: it must open from an archive or a CI artifact).
+
+Rendered from the Document itself, never from report.md: alignment comes from a column's
+declared kind, colour from a cell's status, and every text (question texts and answers are
+user data) is escaped once, here.
+"""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from html import escape
 
 from pytest_satbench.core.results import BenchmarkResult
-from pytest_satbench.report.build import token_curve
+from pytest_satbench.report.document import (
+    Block,
+    Card,
+    Cell,
+    Code,
+    Column,
+    Document,
+    Figure,
+    Gallery,
+    Heading,
+    Paragraph,
+    Preformatted,
+    Rich,
+    Table,
+)
 from pytest_satbench.report.gallery import Entry
-from pytest_satbench.report.markdown import short_names
-from pytest_satbench.report.plots import accuracy_bars, tokens_curve
+
+__all__ = ["CSS", "render", "to_html"]
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1150px;color:#1b1b1b;line-height:1.4}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:3px}
 table{border-collapse:collapse;font-size:12.5px;margin:8px 0}td,th{border:1px solid #d6d6d6;padding:3px 7px;vertical-align:top}
-th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f3f3f3;text-align:left}.num{text-align:right;font-variant-numeric:tabular-nums}td.num{white-space:nowrap}
 code{background:#f4f4f4;padding:0 3px;border-radius:3px;font-size:12px}pre{background:#f7f7f7;padding:8px;overflow-x:auto;font-size:11.5px}
 .pass{color:#fff;background:#2e7d32;font-weight:bold}.fail{color:#fff;background:#c62828;font-weight:bold}
 .plot{display:block;margin:10px 0;max-width:100%;height:auto}
@@ -27,115 +46,86 @@ code{background:#f4f4f4;padding:0 3px;border-radius:3px;font-size:12px}pre{backg
 .missing{width:170px;height:110px;display:flex;align-items:center;justify-content:center;background:#eee;color:#666;text-align:center}
 """
 
-_NUM = re.compile(r"^[+\-]?[$]?[\d,.]+(?:%| s)?$|^-$|^<1e-4$")
+
+def _e(s: str) -> str:
+    return escape(s, quote=True)
 
 
-def _inline(text: str) -> str:
-    text = text.replace("\\|", "\x00")
-    parts = text.split("`")
-    out = []
-    for i, p in enumerate(parts):
-        p = escape(p.replace("\x00", "|"))
-        out.append(f"<code>{p}</code>" if i % 2 else p)
-    return "".join(out)
+def _inline(parts: Rich) -> str:
+    return "".join(f"<code>{_e(p.text)}</code>" if isinstance(p, Code) else _e(p) for p in parts)
 
 
-def _cell(tag: str, raw: str) -> str:
-    raw = raw.strip()
-    cls = ""
-    if raw == "PASS":
-        cls = ' class="pass"'
-    elif raw == "FAIL":
-        cls = ' class="fail"'
-    elif tag == "td" and _NUM.match(raw):
-        cls = ' class="num"'
-    return f"<{tag}{cls}>{_inline(raw)}</{tag}>"
+def _classes(*names: str | None) -> str:
+    names_ = [n for n in names if n]
+    return f' class="{" ".join(names_)}"' if names_ else ""
 
 
-def _split_row(line: str) -> list[str]:
-    cells = re.split(r"(?<!\\)\|", line.strip())
-    return cells[1:-1]
+def _th(c: Column) -> str:
+    return f"<th{_classes('num' if c.align == 'numeric' else None)}>{_inline(c.header)}</th>"
 
 
-def md_to_html(md: str, after_heading: dict[str, str]) -> str:
-    """Just the Markdown report.md uses: headings, paragraphs, tables, fenced code."""
-    out: list[str] = []
-    lines = md.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("```"):
-            j = i + 1
-            while j < len(lines) and not lines[j].startswith("```"):
-                j += 1
-            out.append("<pre>" + escape("\n".join(lines[i + 1 : j])) + "</pre>")
-            i = j + 1
-            continue
-        if line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            title = line[level:].strip()
-            out.append(f"<h{level}>{_inline(title)}</h{level}>")
-            if title in after_heading:
-                out.append(after_heading[title])
-            i += 1
-            continue
-        if line.startswith("|"):
-            rows = []
-            while i < len(lines) and lines[i].startswith("|"):
-                rows.append(lines[i])
-                i += 1
-            head, body = _split_row(rows[0]), [_split_row(r) for r in rows[2:]]
-            out.append("<table><thead><tr>" + "".join(_cell("th", c) for c in head) + "</tr></thead><tbody>")
-            out += ["<tr>" + "".join(_cell("td", c) for c in r) + "</tr>" for r in body]
-            out.append("</tbody></table>")
-            continue
-        if line.strip():
-            out.append(f"<p>{_inline(line)}</p>")
-        i += 1
-    return "\n".join(out)
+def _td(c: Cell, col: Column) -> str:
+    return f"<td{_classes('num' if col.align == 'numeric' else None, c.status)}>{_inline(c.content)}</td>"
 
 
-def gallery_html(entries: list[Entry], labels: dict[str, str]) -> str:
-    if not entries:
-        return ""
-    cards = []
-    for e in entries:
-        panels = []
-        for p in e.panels:
-            img = (
-                f'<img alt="{escape(p.arm)}" src="data:image/jpeg;base64,{p.thumb_b64}">'
-                if p.thumb_b64 else f'<div class="missing">{escape(p.note or "image not available")}</div>'
-            )
-            note = f"<div><i>{escape(p.note)}</i></div>" if p.note and p.thumb_b64 else ""
-            verdict = "right" if p.correct else "wrong"
-            panels.append(
-                f'<div class="panel">{img}<div><code>{escape(labels.get(p.arm, p.arm))}</code></div>'
-                f'<div class="{verdict}">{escape(p.answer[:120])} ({verdict})</div>{note}</div>'
-            )
-        cards.append(
-            f'<div class="card"><div class="q"><b>{escape(e.key)}</b> ({escape(", ".join(e.types))}): '
-            f"{escape(e.text[:300])}<br>ground truth: <b>{escape(e.answer)}</b></div>"
-            f'<div class="panels">{"".join(panels)}</div></div>'
+def _table(t: Table) -> str:
+    head = "<tr>" + "".join(_th(c) for c in t.columns) + "</tr>"
+    body = ["<tr>" + "".join(_td(c, col) for c, col in zip(r, t.columns, strict=True)) + "</tr>" for r in t.rows]
+    return "<table><thead>" + head + "</thead><tbody>\n" + "\n".join(body) + "\n</tbody></table>"
+
+
+def _card(card: Card) -> str:
+    panels = []
+    for t in card.thumbnails:
+        img = (
+            f'<img alt="{_e(t.label)}" src="data:image/jpeg;base64,{_e(t.jpeg_b64)}">'
+            if t.jpeg_b64 else f'<div class="missing">{_e(t.note or "image not available")}</div>'
         )
-    return '<div class="gallery">' + "\n".join(cards) + "</div>"
-
-
-def render(data: BenchmarkResult, md: str, gallery: list[Entry]) -> str:
-    inserts = {
-        "Accuracy per question type and arm": accuracy_bars(
-            data.stats, f"{data.benchmark}: accuracy per type and arm (whiskers: 95% CI)",
-            short_names(list(data.stats.arms)),
-        ),
-        "Regressed questions": gallery_html(gallery, short_names(list(data.stats.arms))),
-    }
-    curve = token_curve(data)
-    if curve is not None:
-        inserts["Accuracy versus image tokens"] = tokens_curve(
-            curve[0], curve[1], f"{data.benchmark}: accuracy versus image tokens"
+        note = f"<div><i>{_e(t.note)}</i></div>" if t.note and t.jpeg_b64 else ""
+        verdict = "right" if t.correct else "wrong"
+        panels.append(
+            f'<div class="panel">{img}<div><code>{_e(t.label)}</code></div>'
+            f'<div class="{verdict}">{_e(t.answer)} ({verdict})</div>{note}</div>'
         )
-    body = md_to_html(md, inserts)
-    title = escape(f"satbench report: {data.benchmark} / {data.tag}")
+    return (
+        f'<div class="card"><div class="q"><b>{_e(card.key)}</b> ({_e(card.types)}): '
+        f"{_e(card.question)}<br>ground truth: <b>{_e(card.truth)}</b></div>"
+        f'<div class="panels">{"".join(panels)}</div></div>'
+    )
+
+
+def _block(b: Block) -> str:
+    if isinstance(b, Heading):
+        level = min(max(b.level, 1), 6)
+        return f"<h{level}>{_inline(b.text)}</h{level}>"
+    if isinstance(b, Paragraph):
+        return f"<p>{_inline(b.text)}</p>"
+    if isinstance(b, Table):
+        return _table(b)
+    if isinstance(b, Preformatted):
+        return "<pre>" + _e("\n".join(b.lines)) + "</pre>"
+    if isinstance(b, Figure):
+        return b.svg  # markup from report.plots, which escapes its own text
+    if isinstance(b, Gallery):
+        return '<div class="gallery">' + "\n".join(_card(c) for c in b.cards) + "</div>" if b.cards else ""
+    raise TypeError(f"no HTML for {type(b).__name__}")
+
+
+def to_html(doc: Document) -> str:
+    """The Document as one HTML page, styles inline."""
+    body = "\n".join(h for h in (_block(b) for b in doc.blocks) if h)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{title}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
+        f"<title>{_e(doc.title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
     )
+
+
+def render(data: BenchmarkResult, md: str | Document, gallery: Sequence[Entry]) -> str:
+    """report.html from the Document behind `md` (what `markdown.render` returned) or from a
+    Document itself. `data` and `gallery` are in that Document already; the parameters stay
+    for the caller's signature."""
+    doc = md if isinstance(md, Document) else getattr(md, "document", None)
+    if not isinstance(doc, Document):
+        # report.md's text alone is not enough: HTML is never parsed back out of Markdown
+        raise TypeError("html.render needs markdown.render's result or a report Document, not Markdown text")
+    return to_html(doc)

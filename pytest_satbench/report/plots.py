@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from html import escape
 
+from pytest_satbench.core import formatting as F
 from pytest_satbench.core.stats import BenchmarkStats
 
 # orig, then reconstructions, then blind; chosen to stay distinguishable when printed grey.
@@ -77,8 +78,8 @@ def accuracy_bars(st: BenchmarkStats, title: str, labels: dict[str, str] | None 
             x = gx + ai * bar_w
             parts.append(
                 f'<rect x="{_f(x)}" y="{_f(y(a.accuracy))}" width="{_f(bar_w - 2)}" height="{_f(plot_h * a.accuracy)}" '
-                f'fill="{colours[arm]}"><title>{escape(label)} / {escape(labels.get(arm, arm))}: {100 * a.accuracy:.1f}% '
-                f'(n={a.n}, 95% CI {_pct(a.ci_low)}-{_pct(a.ci_high)})</title></rect>'
+                f'fill="{colours[arm]}"><title>{escape(label)} / {escape(labels.get(arm, arm))}: {F.percent(a.accuracy)}% '
+                f'(n={a.n}, 95% CI {F.percent_interval(a.ci_low, a.ci_high)})</title></rect>'
             )
             if _finite(a.ci_low, a.ci_high):
                 cx = x + (bar_w - 2) / 2
@@ -89,7 +90,7 @@ def accuracy_bars(st: BenchmarkStats, title: str, labels: dict[str, str] | None 
             cy = y(g.chance.accuracy)
             parts.append(
                 f'<line x1="{_f(gx - 3)}" x2="{_f(gx + bar_w * len(arms) + 1)}" y1="{_f(cy)}" y2="{_f(cy)}" '
-                f'stroke="#000000" stroke-dasharray="3,2"><title>uniform-random reference {100 * g.chance.accuracy:.1f}%</title></line>'
+                f'stroke="#000000" stroke-dasharray="3,2"><title>uniform-random reference {F.percent(g.chance.accuracy)}%</title></line>'
             )
         lx = gx + bar_w * len(arms) / 2
         parts.append(
@@ -128,25 +129,21 @@ def tokens_curve(points: dict[str, list[tuple[float, float]]], ceilings: dict[st
 
     parts = _frame(title, width, height, left, left + pw, py)
     for x in sorted(set(xs)):
-        parts.append(f'<text x="{_f(px(x))}" y="{_f(top + ph + 16)}" font-size="11" text-anchor="middle">{x:g}</text>')
+        parts.append(f'<text x="{_f(px(x))}" y="{_f(top + ph + 16)}" font-size="11" text-anchor="middle">{F.number(x, "g")}</text>')
     parts.append(f'<text x="{_f(left + pw / 2)}" y="{_f(top + ph + 36)}" font-size="12" text-anchor="middle">mean image tokens per image</text>')
     for g in groups:
         c = colours[g]
         pts = sorted(points[g])
         if g in ceilings and not math.isnan(ceilings[g]):
             cy = py(ceilings[g])
-            parts.append(f'<line x1="{_f(left)}" x2="{_f(left + pw)}" y1="{_f(cy)}" y2="{_f(cy)}" stroke="{c}" stroke-dasharray="6,4" stroke-width="1.2"><title>{escape(g)}: orig {100 * ceilings[g]:.1f}%</title></line>')
+            parts.append(f'<line x1="{_f(left)}" x2="{_f(left + pw)}" y1="{_f(cy)}" y2="{_f(cy)}" stroke="{c}" stroke-dasharray="6,4" stroke-width="1.2"><title>{escape(g)}: orig {F.percent(ceilings[g])}%</title></line>')
         parts.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="{" ".join(f"{_f(px(x))},{_f(py(v))}" for x, v in pts)}"/>')
         for x, v in pts:
-            parts.append(f'<circle cx="{_f(px(x))}" cy="{_f(py(v))}" r="3.5" fill="{c}"><title>{escape(g)}: {x:g} tokens, {100 * v:.1f}%</title></circle>')
+            parts.append(f'<circle cx="{_f(px(x))}" cy="{_f(py(v))}" r="3.5" fill="{c}"><title>{escape(g)}: {F.number(x, "g")} tokens, {F.percent(v)}%</title></circle>')
     parts += legend(groups, colours, left + pw + 16, top + 10)
     parts.append(f'<text x="{_f(left + pw + 16)}" y="{_f(top + 18 * len(groups) + 16)}" font-size="11">- - - orig (ceiling)</text>')
     parts.append("</svg>")
     return "\n".join(parts)
-
-
-def _pct(v: float) -> str:
-    return "-" if math.isnan(v) else f"{100 * v:.1f}%"
 
 
 def _frame(title: str, width: float, height: float, left: float, right: float, y: Callable[[float], float]) -> list[str]:

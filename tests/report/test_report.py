@@ -325,3 +325,21 @@ def test_grounding_views_by_uniqueness(tmp_path: Path) -> None:
     # embedded images (no path): the gallery says so instead of showing a picture
     html = (folder / "report.html").read_text()
     assert "image embedded in the dataset; not kept by the run" in html
+
+
+def test_reports_use_the_terminals_arm_labels(report) -> None:
+    """One label per arm everywhere (core.arms.arm_labels), the full spec in a legend."""
+    folder, *_ = report
+    md = (folder / "report.md").read_text()
+    assert "| type | n | `orig` | `jpeg:q10` | `tok16` | `tok64` | `blind` | random |" in md
+    assert f"`tok16` = `{OD16}`; `tok64` = `{OD64}`" in md and f"`jpeg:q10` = `{JPEG}`" in md
+    assert "## `tok16` minus `orig` (paired, percentage points)" in md
+    assert "onedpiece n=" not in md
+    terminal = md.split("## Terminal summary", 1)[1]
+    assert "jpeg:q10    tok16    tok64" in terminal  # the same labels in the embedded terminal table
+    # traffic was not recorded by this hand-made store: the columns say so
+    assert "| http://127.0.0.1:8001 | - | 30 | - | - | 3,000 | 150 | $0.030000 | 30/30 |" in md
+    html = (folder / "report.html").read_text()
+    assert '<th class="num"><code>tok16</code></th>' in html and "onedpiece n=" not in html
+    assert '<td class="fail">FAIL</td>' in html and '<td class="pass">PASS</td>' in html
+    assert '<td class="num">-33.3</td>' in html

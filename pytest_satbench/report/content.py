@@ -1,0 +1,327 @@
+"""What report.md and report.html say: one `Document` built from a `BenchmarkResult`.
+
+Every arm is named by `core.arms.arm_labels` (the terminal's labels, e.g. `tok48`,
+`jpeg:q10`), with the full spec in a legend under the first tables, and every number is
+written by `core.formatting`, so a figure reads the same in the terminal, report.md and
+report.html.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_satbench.core import arms as A
+from pytest_satbench.core import formatting as F
+from pytest_satbench.core.results import BenchmarkResult, ServerUsage, aggregate_views
+from pytest_satbench.core.stats import GroupStats
+from pytest_satbench.core.text_summary import render_stats
+from pytest_satbench.report import plots
+from pytest_satbench.report.build import token_curve
+from pytest_satbench.report.document import (
+    Block,
+    Card,
+    Cell,
+    Code,
+    Column,
+    Document,
+    Figure,
+    Gallery,
+    Heading,
+    Inline,
+    Paragraph,
+    Preformatted,
+    Rich,
+    Table,
+    Thumbnail,
+    cell,
+    rich,
+)
+from pytest_satbench.report.gallery import Entry
+
+__all__ = ["build"]
+
+# Truncation of user text in the tables and the gallery cards: enough to recognise the
+# question, short enough that one long question does not widen the whole table.
+QUESTION_CHARS = 160
+CARD_QUESTION_CHARS = 300
+CARD_ANSWER_CHARS = 120
+
+
+def _percent(x: float | None) -> str:
+    # formatting.percent is the bare number (terminal columns say "%" once, in the title);
+    # report cells stand alone, so they carry the unit
+    s = F.percent(x)
+    return s if s == F.MISSING else s + "%"
+
+
+def _accuracy_with_interval(x: float | None, lo: float | None, hi: float | None) -> str:
+    interval = F.percent_interval(lo, hi)
+    return f"{_percent(x)} [{interval}]" if interval != F.MISSING else _percent(x)
+
+
+def _seconds(x: float | None) -> str:
+    s = F.number(x)
+    return s if s == F.MISSING else s + " s"
+
+
+def _count(x: int | None) -> str:
+    # traffic counters are None when the run did not record them (older stores)
+    return F.MISSING if x is None else str(x)
+
+
+def _list(parts: Sequence[Rich], sep: str = ", ") -> Rich:
+    out: list[Inline] = []
+    for i, p in enumerate(parts):
+        if i:
+            out.append(sep)
+        out.extend(p)
+    return tuple(out)
+
+
+def _models(models: Mapping[str, int]) -> Rich:
+    return _list([(Code(m), f" x{n}") for m, n in models.items()])
+
+
+def _num(header: str | Rich) -> Column:
+    return Column(rich(header), "numeric")
+
+
+def _text(header: str | Rich) -> Column:
+    return Column(rich(header), "text")
+
+
+def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Mapping[str, Any]] | None,
+          gallery: Sequence[Entry], gallery_total: int) -> Document:
+    """The report of one benchmark of a run. `protocol` is protocol.json's content;
+    `gallery` the first regressed questions with their thumbnails, of `gallery_total`."""
+    st = data.stats
+    arms = list(st.arms)
+    labels, _ = A.arm_labels(arms)
+    doc = Document(f"satbench report: {data.benchmark} / {data.tag}")
+    doc.add(Heading(1, rich(f"{data.benchmark} — {data.tag}")))
+    doc.add(*_intro(data, protocol, labels))
+    doc.add(Heading(2, rich("Gates")), _gates(gates))
+    doc.add(*_accuracy(data, labels))
+    for arm in st.recon_arms:
+        doc.add(*_paired(data, arm, labels))
+    doc.add(*_views(data, labels))
+    doc.add(*_tokens(data))
+    doc.add(*_noise_floor(data))
+    doc.add(*_usage(data, labels))
+    doc.add(*_regressed(gallery, gallery_total, labels))
+    doc.add(Heading(2, rich("Terminal summary")), Preformatted(tuple(render_stats(st))))
+    doc.add(Paragraph(rich(
+        "Files: ", Code("summary.json"), " (all numbers), ", Code("per_type.csv"), ", ",
+        Code("predictions.jsonl"), " (every answer), ", Code("protocol.json"), " (what was measured), ",
+        Code("report.html"), " (plots and the gallery).",
+    )))
+    return doc
+
+
+def _groups(data: BenchmarkResult) -> list[tuple[str, GroupStats]]:
+    return [*data.stats.by_type.items(), ("overall", data.stats.overall)]
+
+
+def _intro(data: BenchmarkResult, protocol: Mapping[str, Any], labels: Mapping[str, str]) -> list[Paragraph]:
+    st = data.stats
+    return [
+        Paragraph(rich(
+            "Model ", Code(str(protocol.get("model"))), " (as returned by the servers: ",
+            _models(data.usage.total.models), "), run ", Code(data.run_id), f", {protocol.get('date', '')}. "
+            f"{len(data.items)} questions on {st.overall.n_images} images; arms: ",
+            _list([(Code(labels[a]),) for a in st.arms]), ".",
+        )),
+        Paragraph(rich(
+            "Prompt style ", Code(str(protocol.get("prompt_style"))), f", sampling {protocol.get('sampling')}, "
+            "box grid ", Code(str(data.score_options.box_grid)), ", IoU ", Code(str(data.score_options.iou)),
+            ". Answers re-scored from the stored raw text. API errors, truncated and unparseable answers "
+            "stay in the denominator and count as wrong. Intervals: 95% percentile bootstrap clustered by "
+            f"image ({st.iterations} resamples, seed {st.seed}).",
+        )),
+    ]
+
+
+def _gates(gates: Sequence[Mapping[str, Any]] | None) -> Paragraph | Table:
+    if not gates:
+        return Paragraph(rich("no gates"))
+    rows = []
+    for g in gates:
+        v = g.get("value")
+        passed = bool(g.get("passed"))
+        rows.append((
+            cell(Code(str(g.get("expr", "")))),
+            cell("PASS" if passed else "FAIL", "pass" if passed else "fail"),
+            cell(F.number(v, ".4g") if isinstance(v, int | float) else F.MISSING),
+            cell(str(g.get("reason", ""))),
+        ))
+    return Table((_text("gate"), _text("result"), _num("value"), _text("reason")), tuple(rows))
+
+
+def _accuracy(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
+    st = data.stats
+    arms = list(st.arms)
+    heading = "Accuracy per question type and arm"
+    out: list[Block] = [
+        Heading(2, rich(heading)),
+        Figure(plots.accuracy_bars(st, f"{data.benchmark}: accuracy per type and arm (whiskers: 95% CI)", dict(labels))),
+        Paragraph(rich("Accuracy, 95% interval in brackets; 'random' is the uniform-random reference where it is defined.")),
+    ]
+    rows = []
+    for label, g in _groups(data):
+        cells = [cell(label), cell(str(g.n))]
+        for arm in arms:
+            a = g.accuracy.get(arm)
+            cells.append(cell(F.MISSING if a is None or not a.n else _accuracy_with_interval(a.accuracy, a.ci_low, a.ci_high)))
+        cells.append(cell(_percent(g.chance.accuracy) if g.chance.n_defined else F.MISSING))
+        rows.append(tuple(cells))
+    out.append(Table((_text("type"), _num("n"), *(_num(Code(labels[a])) for a in arms), _num("random")), tuple(rows)))
+
+    out.append(Paragraph(rich(
+        "Answer quality, all questions (per type in per_type.csv): errors = no answer after retries, "
+        "truncated = hit the token limit, unparseable = answered but not interpretable; all count as wrong.")))
+    quality = []
+    for arm in arms:
+        a = st.overall.accuracy[arm]
+        quality.append(tuple(cell(x) for x in (
+            Code(labels[arm]), str(a.n), _percent(a.coverage), str(a.errors), str(a.truncated), str(a.unparseable), str(a.missing),
+        )))
+    out.append(Table((_text("arm"), *(_num(h) for h in ("n", "coverage", "errors", "truncated", "unparseable", "missing"))),
+                     tuple(quality)))
+    legend = _legend(arms, labels)
+    if legend is not None:
+        out.append(legend)
+    return out
+
+
+def _legend(arms: Sequence[str], labels: Mapping[str, str]) -> Paragraph | None:
+    """`tok16` = `onedpiece:ckpt=...,nlatent=16,...`: the full spec behind each short label."""
+    renamed = [a for a in arms if labels[a] != a]
+    if not renamed:
+        return None
+    return Paragraph(rich("Arms: ", _list([(Code(labels[a]), " = ", Code(a)) for a in renamed], "; "), "."))
+
+
+def _paired(data: BenchmarkResult, arm: str, labels: Mapping[str, str]) -> list[Block]:
+    rows = []
+    for label, g in _groups(data):
+        p = g.paired.get(arm)
+        if p is None:
+            continue
+        o = g.accuracy[A.ORIG].accuracy if A.ORIG in g.accuracy else None
+        r = g.accuracy[arm].accuracy if arm in g.accuracy else None
+        rows.append(tuple(cell(x) for x in (
+            label, str(p.n_pairs), _percent(o), _percent(r), F.points(p.delta), F.points_interval(p.ci_low, p.ci_high),
+            str(p.regressed), str(p.improved), F.p_value(p.mcnemar_p), str(p.n_errors), F.points(p.delta_both_ok),
+        )))
+    columns = (
+        _text("type"), _num("pairs"), _num("orig"), _num("recon"), _num("delta"), _text("95% CI"),
+        _num("regressed"), _num("improved"), _num("McNemar p"), _num("pairs with an error"), _num("delta, both answered"),
+    )
+    return [Heading(2, rich(Code(labels[arm]), " minus ", Code(A.ORIG), " (paired, percentage points)")),
+            Table(columns, tuple(rows))]
+
+
+def _views(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
+    arms = list(data.stats.arms)
+    agg = aggregate_views(data)
+    rows: list[tuple[Cell, ...]] = []
+    for name in ("overall_accuracy", "average_accuracy"):
+        per_arm = agg[name]["per_arm"]
+        rows.append((cell(agg[name]["label"]), *(cell(_percent(per_arm.get(a))) for a in arms)))
+    for name, vs in data.views.items():
+        label = agg[f"view:{name}"]["label"]
+        rows.append((cell(f"{label}, overall"), *(
+            cell(_accuracy_with_interval(vs.overall[a].mean, vs.overall[a].ci_low, vs.overall[a].ci_high)
+                 if a in vs.overall else F.MISSING) for a in arms)))
+        for t, per in vs.by_type.items():
+            if not per:  # no question of this type carries the view
+                continue
+            rows.append((cell(f"{label}, {t}"), *(cell(_percent(per[a].mean) if a in per else F.MISSING) for a in arms)))
+    return [Heading(2, rich("The benchmark's own aggregate views")),
+            Table((_text("view"), *(_num(Code(labels[a])) for a in arms)), tuple(rows))]
+
+
+def _tokens(data: BenchmarkResult) -> list[Block]:
+    curve = token_curve(data)
+    if curve is None:
+        return []
+    points, ceilings = curve
+    xs = [x for x, _ in sorted(points["overall"])]
+    rows = [(cell(label), *(cell(_percent(v)) for _, v in sorted(pts)), cell(_percent(ceilings.get(label))))
+            for label, pts in points.items()]
+    return [
+        Heading(2, rich("Accuracy versus image tokens")),
+        Figure(plots.tokens_curve(points, ceilings, f"{data.benchmark}: accuracy versus image tokens")),
+        Table((_text("type"), *(_num(f"{F.number(x, 'g')} tokens") for x in xs), _num("orig (ceiling)")), tuple(rows)),
+    ]
+
+
+def _noise_floor(data: BenchmarkResult) -> list[Block]:
+    floor = data.noise_floor
+    if floor is None:
+        return []
+    return [Heading(2, rich("Noise floor")), Paragraph(rich(
+        f"The original was asked {floor.asks} times on {floor.questions} questions (", Code("--repeat-orig"),
+        f"); the verdict changed on {floor.flipped} ({_percent(floor.rate)}). Servers under load "
+        "are not deterministic at temperature 0: a per-question change rate below this is not a codec effect.",
+    ))]
+
+
+def _usage_row(name: str, s: ServerUsage) -> tuple[Cell, ...]:
+    return tuple(cell(x) for x in (
+        name, _count(s.requests), str(s.answers), _count(s.failures), _count(s.retries),
+        F.number(s.prompt_tokens, ","), F.number(s.completion_tokens, ","),
+        "$" + F.number(s.cost, ".6f") if s.rows_with_cost else F.MISSING, f"{s.rows_with_cost}/{s.answers}",
+        _seconds(s.latency_mean_s), _seconds(s.latency_p50_s), _seconds(s.latency_p95_s), _models(s.models),
+    ))
+
+
+def _usage(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
+    u = data.usage
+    columns = (
+        _text("server"), _num("attempts"), _num("answers"), _num("failures"), _num("retries"),
+        _num("prompt tokens"), _num("completion tokens"), _num("cost (reported)"), _num("answers with cost"),
+        _num("latency mean"), _num("p50"), _num("p95"), _text("models returned"),
+    )
+    rows = tuple(_usage_row(name, s) for name, s in [*u.by_server.items(), ("all", u.total)])
+    out: list[Block] = [
+        Heading(2, rich("Usage")),
+        Table(columns, rows),
+        Paragraph(rich(
+            "Attempts are the HTTP requests sent, failures the attempts that got no answer (a retry may "
+            "have answered later), retries the attempts that repeated a failed one; ", Code(F.MISSING),
+            " where the run did not record its traffic.")),
+        Paragraph(rich(f"Answers: {u.asked} asked by this run, {u.reused} reused from the store.")),
+    ]
+    errors: Rich = rich(f"API errors (no answer after retries, no usage): {u.errors}")
+    if u.errors:
+        errors = rich(errors, " (", _list([(Code(labels.get(a, a)), f": {n}") for a, n in u.errors_by_arm.items()]), ")")
+    out.append(Paragraph(rich(errors, ".")))
+    toks = {a: t for a, t in u.image_tokens.items() if t is not None}
+    if toks:
+        out.append(Paragraph(rich(
+            "Mean image tokens per image: ",
+            _list([(Code(labels.get(a, a)), f": {F.number(t, 'g')}") for a, t in toks.items()]), ".")))
+    return out
+
+
+def _regressed(gallery: Sequence[Entry], total: int, labels: Mapping[str, str]) -> list[Block]:
+    out: list[Block] = [Heading(2, rich("Regressed questions"))]
+    if not total:
+        out.append(Paragraph(rich("No question was answered right on the original and wrong on a reconstruction.")))
+        return out
+    out.append(Paragraph(rich(f"{total} questions regressed; the first {len(gallery)} by question key "
+                              "(images in report.html):")))
+    out.append(Gallery(tuple(
+        Card(e.key, ", ".join(e.types), e.text[:CARD_QUESTION_CHARS], e.answer, tuple(
+            Thumbnail(labels.get(p.arm, p.arm), p.answer[:CARD_ANSWER_CHARS], p.correct, p.thumb_b64, p.note)
+            for p in e.panels))
+        for e in gallery)))
+    rows = []
+    for e in gallery:
+        answers = _list([(Code(labels.get(p.arm, p.arm)), f": {p.answer} ({'right' if p.correct else 'wrong'})")
+                         for p in e.panels], "; ")
+        rows.append((cell(e.key), cell(", ".join(e.types)), cell(e.text[:QUESTION_CHARS]), cell(e.answer), cell(answers)))
+    out.append(Table(tuple(_text(h) for h in ("key", "type", "question", "ground truth", "answers")), tuple(rows)))
+    return out

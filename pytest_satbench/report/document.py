@@ -1,0 +1,149 @@
+"""What a report says, as typed blocks, before it is Markdown or HTML.
+
+`report.content` builds one `Document` from a `BenchmarkResult`; `report.markdown` and
+`report.html` each render that same Document. Neither renderer reads the other's output, so
+a table is a table in both (columns with their alignment, cells with their status), and
+escaping happens once per output format, at the end, on text that is still plain.
+
+Text is kept plain here: `Code` marks an inline code span instead of backticks, a `Cell`
+carries PASS/FAIL as a status instead of a string for a renderer to recognise. Blocks that
+only HTML can show (plots, the gallery's images) are their own types, which the Markdown
+renderer skips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+__all__ = [
+    "Block", "Card", "Cell", "Code", "Column", "Document", "Figure", "Gallery", "Heading",
+    "Inline", "Paragraph", "Preformatted", "Rich", "Status", "Table", "Thumbnail", "cell", "rich",
+]
+
+Status = Literal["pass", "fail"]
+Align = Literal["text", "numeric"]
+
+
+@dataclass(frozen=True, slots=True)
+class Code:
+    """An inline code span: an identifier, a spec, a file name (shown verbatim)."""
+
+    text: str
+
+
+Inline: TypeAlias = str | Code
+Rich: TypeAlias = tuple[Inline, ...]
+
+
+def rich(*parts: Inline | Iterable[Inline] | None) -> Rich:
+    """Inline parts from strings, `Code` spans and sequences of them; None and "" dropped."""
+    out: list[Inline] = []
+    for p in parts:
+        if p is None or p == "":
+            continue
+        if isinstance(p, str | Code):
+            out.append(p)
+        else:
+            out.extend(x for x in p if x != "")
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Heading:
+    level: int  # 1: the report's title; 2: a section
+    text: Rich
+
+
+@dataclass(frozen=True, slots=True)
+class Paragraph:
+    text: Rich
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    header: Rich
+    # numeric columns are right-aligned in both outputs, so digits line up
+    align: Align = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    content: Rich
+    status: Status | None = None  # a gate's verdict: coloured in HTML
+
+
+def cell(x: Cell | Inline | Sequence[Inline] | None, status: Status | None = None) -> Cell:
+    """A cell from a string, a code span or inline parts (None: an empty cell)."""
+    if isinstance(x, Cell):
+        return x
+    return Cell(rich(x), status)
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    columns: tuple[Column, ...]
+    rows: tuple[tuple[Cell, ...], ...]
+
+    def __post_init__(self) -> None:
+        # a short row would shift every later column in Markdown: refuse it here
+        for r in self.rows:
+            if len(r) != len(self.columns):
+                raise ValueError(f"row of {len(r)} cells in a table of {len(self.columns)} columns")
+
+
+@dataclass(frozen=True, slots=True)
+class Preformatted:
+    """Fixed-width lines shown as they are (the terminal summary)."""
+
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """HTML only: an inline SVG from `report.plots`. The one block holding markup; plots
+    escape every text they draw, and no user text reaches it otherwise."""
+
+    svg: str  # carries its own title and aria-label
+
+
+@dataclass(frozen=True, slots=True)
+class Thumbnail:
+    """One arm's image and answer in a gallery card."""
+
+    label: str  # the arm's short label
+    answer: str
+    correct: bool
+    jpeg_b64: str | None  # None: the image could not be produced, `note` says why
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """One regressed question: the original and each reconstruction side by side."""
+
+    key: str
+    types: str
+    question: str
+    truth: str
+    thumbnails: tuple[Thumbnail, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Gallery:
+    """HTML only: the regressed questions with their images (Markdown has their table)."""
+
+    cards: tuple[Card, ...]
+
+
+Block: TypeAlias = Heading | Paragraph | Table | Preformatted | Figure | Gallery
+
+
+@dataclass(slots=True)
+class Document:
+    title: str  # the HTML page's title; the first heading is the visible one
+    blocks: list[Block] = field(default_factory=list)
+
+    def add(self, *blocks: Block) -> None:
+        self.blocks.extend(blocks)
