@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_satbench.engine.store import ResultStore
-from pytest_satbench.report import files, html, markdown
+from pytest_satbench.report import content, files, html, markdown
 from pytest_satbench.core.results import BenchmarkResult
 from pytest_satbench.report.build import collect
 from pytest_satbench.report.gallery import MAX_GALLERY, build_gallery
@@ -68,9 +68,9 @@ def _write_one(data: BenchmarkResult, out_root: Path, gates: list[dict[str, Any]
     files.write_json(folder / "summary.json", files.summary_dict(data, gates, total, gallery))
     files.write_per_type_csv(folder / "per_type.csv", data)
     files.write_predictions(folder / "predictions.jsonl", data)
-    md = markdown.render(data, protocol, gates, gallery, total)
-    _atomic_text(folder / "report.md", md)
-    _atomic_text(folder / "report.html", html.render(data, md, gallery))
+    doc = content.build(data, protocol, gates, gallery, total)
+    _atomic_text(folder / "report.md", markdown.to_markdown(doc))
+    _atomic_text(folder / "report.html", html.to_html(doc))
     return folder
 
 

@@ -8,10 +8,8 @@ user data) is escaped once, here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from html import escape
 
-from pytest_satbench.core.results import BenchmarkResult
 from pytest_satbench.report.document import (
     Block,
     Card,
@@ -27,9 +25,8 @@ from pytest_satbench.report.document import (
     Rich,
     Table,
 )
-from pytest_satbench.report.gallery import Entry
 
-__all__ = ["CSS", "render", "to_html"]
+__all__ = ["CSS", "to_html"]
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px auto;max-width:1150px;color:#1b1b1b;line-height:1.4}
@@ -118,14 +115,3 @@ def to_html(doc: Document) -> str:
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{_e(doc.title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
     )
-
-
-def render(data: BenchmarkResult, md: str | Document, gallery: Sequence[Entry]) -> str:
-    """report.html from the Document behind `md` (what `markdown.render` returned) or from a
-    Document itself. `data` and `gallery` are in that Document already; the parameters stay
-    for the caller's signature."""
-    doc = md if isinstance(md, Document) else getattr(md, "document", None)
-    if not isinstance(doc, Document):
-        # report.md's text alone is not enough: HTML is never parsed back out of Markdown
-        raise TypeError("html.render needs markdown.render's result or a report Document, not Markdown text")
-    return to_html(doc)

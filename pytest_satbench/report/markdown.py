@@ -9,11 +9,8 @@ are left out: report.md says the images are in report.html.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from pytest_satbench.core.results import BenchmarkResult
-from pytest_satbench.report import content
 from pytest_satbench.report.document import (
     Block,
     Code,
@@ -26,9 +23,8 @@ from pytest_satbench.report.document import (
     Rich,
     Table,
 )
-from pytest_satbench.report.gallery import Entry
 
-__all__ = ["RenderedMarkdown", "render", "to_markdown"]
+__all__ = ["to_markdown"]
 
 # `\` and the characters that open structure inline: code spans, emphasis (`>` only quotes
 # at a line's start, where no text of ours goes)
@@ -110,24 +106,3 @@ def to_markdown(doc: Document) -> str:
         if lines:
             out += [*lines, ""]
     return "\n".join(out)
-
-
-class RenderedMarkdown(str):
-    """report.md's text that still holds the Document it was rendered from, so that
-    `html.render`, which its caller hands this text, renders the same model instead of
-    parsing Markdown back."""
-
-    document: Document
-
-    @classmethod
-    def of(cls, text: str, document: Document) -> RenderedMarkdown:
-        out = cls(text)
-        out.document = document
-        return out
-
-
-def render(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Mapping[str, Any]] | None,
-           gallery: Sequence[Entry], gallery_total: int) -> RenderedMarkdown:
-    """report.md of one benchmark of a run (see `content.build` for the arguments)."""
-    doc = content.build(data, protocol, gates, gallery, gallery_total)
-    return RenderedMarkdown.of(to_markdown(doc), doc)

@@ -141,15 +141,6 @@ def test_table_refuses_a_short_row() -> None:
         Table((Column(rich("a")), Column(rich("b"))), ((Cell(rich("x")),),))
 
 
-def test_html_render_needs_the_document_not_markdown_text() -> None:
-    doc = _doc()
-    md = markdown.RenderedMarkdown.of(markdown.to_markdown(doc), doc)
-    assert md == markdown.to_markdown(doc)  # the text report.md gets
-    assert html.render(None, md, []) == html.to_html(doc)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="not Markdown text"):
-        html.render(None, str(md), [])  # type: ignore[arg-type]
-
-
 def test_markdown_leaves_plain_numbers_and_names_readable() -> None:
     """Only what Markdown would read as structure is escaped: report.md is also read raw."""
     doc = Document("t", [Table((Column(rich("type")), Column(rich("p"), "numeric")),
