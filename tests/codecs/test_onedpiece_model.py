@@ -30,7 +30,8 @@ from pytest_satbench.codecs.onedpiece.model import (
     tiny_config,
 )
 
-# /work/shared/notes/onedpiece.md §1 (parameter table, millions) and §3 (key count).
+# The published parameter counts of the S/B/L variants (millions) and the released
+# checkpoints' key count.
 NOTES_PARAMS_M = {
     "S": {"encoder": 25.9, "decoder": 27.1, "pixel_decoder": 30.5, "total": 83.9},
     "B": {"encoder": 86.1, "decoder": 88.2, "pixel_decoder": 30.5, "total": 205.3},

@@ -15,7 +15,7 @@ from pytest_satbench.codecs.onedpiece.tiling import (
     tokens_per_image,
 )
 
-# /work/shared/notes/onedpiece.md §7: the candidate order for max_num=12 and worked examples.
+# InternVL's dynamic tiling: the candidate order for max_num=12 and worked examples.
 NOTES_ORDER_12 = [
     (1, 1), (1, 2), (2, 1), (3, 1), (1, 3), (2, 2), (4, 1), (1, 4), (5, 1), (1, 5), (1, 6), (6, 1),
     (3, 2), (2, 3), (7, 1), (1, 7), (4, 2), (2, 4), (1, 8), (8, 1), (1, 9), (3, 3), (9, 1), (2, 5),
@@ -112,7 +112,8 @@ def test_stitch_rejects_wrong_crop_count() -> None:
 
 
 def test_onedpiece_spec_imports_without_torch(tmp_path) -> None:
-    """The codec module is imported by factories() on every run; it must not need torch
+    """The codec module is imported by codec discovery (the entry points, on the first
+    --recon spec); it must not need torch
     (without torch, normalising a onedpiece spec is a one-line SpecError instead)."""
     import subprocess
     import sys

@@ -1,7 +1,7 @@
 """One-D-Piece image tokenizer (Turing Inc., arXiv 2501.10064), reimplemented in PyTorch.
 
-Written from the architecture description in /work/shared/notes/onedpiece.md, not from the
-upstream code. Module and parameter names follow the released `pytorch_model.bin`, so the
+Written from the paper's architecture description and the released checkpoint's shapes, not
+from the upstream code (docs/onedpiece.md has the description). Module and parameter names follow the released `pytorch_model.bin`, so the
 checkpoint loads with `load_state_dict(strict=True)` and no key mapping.
 
 Pipeline for one 256x256 crop in [0, 1]:
