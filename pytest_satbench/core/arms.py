@@ -15,7 +15,7 @@ The same arm has the same short label in the terminal, report.md and report.html
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from pytest_satbench.core.formatting import prose
 
@@ -46,14 +46,6 @@ def is_recon(arm: str) -> bool:
 def image_arm(arm: str) -> str:
     """Which prepared image an arm sends: repeats send the original's bytes."""
     return ORIG if is_repeat(arm) else arm
-
-
-def compared(arms: Iterable[str]) -> list[str]:
-    """The arms of the comparison (repeats left out), in table order: orig, the
-    reconstructions sorted, blind last."""
-    seen = [a for a in dict.fromkeys(arms) if not is_repeat(a)]
-    middle = sorted(a for a in seen if a not in RESERVED)
-    return ([ORIG] if ORIG in seen else []) + middle + ([BLIND] if BLIND in seen else [])
 
 
 def short_label(arm: str) -> str:

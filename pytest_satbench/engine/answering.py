@@ -93,7 +93,6 @@ class QuestionRunner:
         self.fresh = fresh
         self._requests = DaemonWorkers(max(1, concurrency), "satbench-ask")
         self._lock = threading.Lock()
-        self.requests_sent = 0
 
     # ------------------------------------------------------------------ planning
     def arms_for(self, job: Job) -> list[str]:
@@ -183,8 +182,6 @@ class QuestionRunner:
     # ------------------------------------------------------------------ one request
     def _ask(self, job: Job, arm: str, fp: str, prepared: PreparedImage | None, size: tuple[int, int] | None) -> ArmResult:
         arm_image = prepared.arms[image_arm(arm)] if prepared is not None else None
-        with self._lock:
-            self.requests_sent += 1
         try:
             answer: Answer = self.pool.ask(
                 model=self.settings.model,

@@ -19,7 +19,6 @@ from pytest_satbench.core.results import BenchmarkResult, aggregate_views
 from pytest_satbench.report.gallery import Entry
 
 ACC_FIELDS = ("n", "correct", "accuracy", "ci_low", "ci_high", "errors", "truncated", "unparseable", "parsed", "coverage", "missing")
-PAIR_FIELDS = ("n_pairs", "delta", "ci_low", "ci_high", "regressed", "improved", "mcnemar_p", "n_errors", "delta_both_ok")
 CSV_HEADER = (
     ["type", "arm", "n_images"] + list(ACC_FIELDS) + ["chance"]
     + ["delta_pp", "delta_ci_low_pp", "delta_ci_high_pp", "n_pairs", "regressed", "improved", "mcnemar_p", "pair_errors", "delta_both_ok_pp"]
