@@ -2,6 +2,11 @@
 
     .venv/bin/python bench/throughput.py                    # 100 images x 100 questions, 3 reps
     .venv/bin/python bench/throughput.py --questions 2000 --reps 1
+    .venv/bin/python bench/throughput.py --baseline-tree /tmp/old   # also an older checkout
+
+With `--baseline-tree DIR` (a checkout of another commit, e.g. `git worktree add /tmp/old
+<commit>`), a third side runs that tree's plugin (`PYTHONPATH=DIR`, same venv) in the same
+repetitions: a change is measured against what it replaced, side by side.
 
 Both clients answer the same RSVQA-LR-format data (generated here: --images images, the
 questions spread evenly over them) with the same stand-in reconstruction (a JPEG quality-50
@@ -48,6 +53,8 @@ N_STUBS = 50  # leading inactive records, as in the real split files
 # The plugin sides and their extra options. "plugin" is the default user experience; the
 # lean side shows what the end-of-run reports cost (they are proportional to the questions).
 SIDES: dict[str, list[str]] = {"plugin": [], "plugin --no-reports": ["--no-reports"]}
+BASELINE = "plugin, baseline tree"
+_baseline_tree: Path | None = None
 
 CONFTEST = '''\
 """Registers the `cheap` codec: the seed stand-in's JPEG quality-50 round trip."""
@@ -241,7 +248,10 @@ def run_plugin(tmp: Path, data_root: Path, rep: int, n: int, concurrency: int, s
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--rootdir", str(root),
                "test_rsvqa.py", "--data-root", str(data_root), "--servers", srv.url, "--recon", "cheap",
                "--concurrency", str(concurrency), *SIDES[side]]
-        wall, cpu, rss, rc = measured(cmd, root, log, _count_env(log))
+        env = _count_env(log)
+        if side == BASELINE:
+            env["PYTHONPATH"] = str(_baseline_tree)
+        wall, cpu, rss, rc = measured(cmd, root, log, env)
         server_cpu, reqs, conns = srv.stop()
     text = log.read_text()
     if rc != 0 or f"{n} passed" not in text:
@@ -317,10 +327,18 @@ def main() -> int:
     ap.add_argument("--images", type=int, default=100, help="images the questions are spread over; default 100")
     ap.add_argument("--reps", type=int, default=3, help="repetitions, each one seed run and one plugin run")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--baseline-tree", type=Path, default=None,
+                    help="also run the plugin of this checkout (another commit) side by side")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
         return serve()
+    if a.baseline_tree is not None:
+        global _baseline_tree
+        if not (a.baseline_tree / "pytest_satbench").is_dir():
+            ap.error(f"--baseline-tree {a.baseline_tree}: no pytest_satbench/ there; pass a checkout of this repository")
+        _baseline_tree = a.baseline_tree.resolve()
+        SIDES[BASELINE] = []
     if a.questions < 1 or a.images < 1 or a.reps < 1 or a.concurrency < 1:
         ap.error("--questions, --images, --reps and --concurrency must be positive")
     OUT.mkdir(parents=True, exist_ok=True)
