@@ -7,7 +7,9 @@ Every question is asked once per arm:
   (`jpeg:quality=10`, `onedpiece:ckpt=/w/s.bin,max_tiles=12,nlatent=48,...`);
 - `blind`: no image at all (`--blind`, the language-prior control);
 - `orig~2`, `orig~3`, ...: the original asked again (`--repeat-orig`), which measure the
-  servers' noise floor and are never an arm of the comparison.
+  servers' noise floor and are never an arm of the comparison;
+- `judge:orig`, `judge:<recon arm>`: an LLM judge's verdict on that arm's answer (`--judge`,
+  VRSBench's official protocol), never an arm of the comparison either.
 
 The same arm has the same short label in the terminal, report.md and report.html
 (`arm_labels`), so a figure can be found again from one place to the other.
@@ -22,6 +24,7 @@ from pytest_satbench.core.formatting import prose
 ORIG = "orig"
 BLIND = "blind"
 REPEAT = "orig~"  # orig~2, orig~3...: the original asked again (--repeat-orig noise floor)
+JUDGE = "judge:"  # judge:orig...: the judge's verdict on that arm's answer (--judge)
 RESERVED = (ORIG, BLIND)
 
 # A table column has about 8 characters; a One-D-Piece arm's checkpoint path is long and
@@ -38,9 +41,23 @@ def repeat_arm(ask: int) -> str:
     return f"{REPEAT}{ask}"
 
 
+def is_judge(arm: str) -> bool:
+    return arm.startswith(JUDGE)
+
+
+def judge_arm(arm: str) -> str:
+    """The arm that holds the judge's verdict on `arm`'s answer."""
+    return JUDGE + arm
+
+
+def judged(arm: str) -> str:
+    """The arm a judge arm rules on."""
+    return arm[len(JUDGE):]
+
+
 def is_recon(arm: str) -> bool:
     """A reconstruction arm: compared with the original in the paired tables."""
-    return arm not in RESERVED and not is_repeat(arm)
+    return arm not in RESERVED and not is_repeat(arm) and not is_judge(arm)
 
 
 def image_arm(arm: str) -> str:

@@ -16,10 +16,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from pytest_satbench.core.question import Question
-from pytest_satbench.core.scoring import Score, ScoreOptions, score
+from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
 from pytest_satbench.engine.client import Answer, RequestFailed, ServerPool
 from pytest_satbench.engine.fingerprint import AskSettings, arm_fingerprint
-from pytest_satbench.core.arms import BLIND, image_arm, repeat_arm
+from pytest_satbench.core import judge as J
+from pytest_satbench.core.arms import BLIND, image_arm, is_repeat, judge_arm, repeat_arm
 from pytest_satbench.engine.images import ImageError, ImagePipeline, PreparedImage
 from pytest_satbench.engine.store import AnswerRow, ResultStore
 
@@ -68,6 +69,20 @@ class Job:
     repeats: int = 0  # ask the original this many times in all (--repeat-orig), 0: once
 
 
+@dataclass(frozen=True)
+class Judge:
+    """The LLM judge of VRSBench's official protocol (`--judge`): its own server pool and
+    model; its verdicts are stored and fingerprinted like answers."""
+
+    pool: ServerPool
+    model: str
+
+    @property
+    def digest(self) -> str:
+        return AskSettings(model=self.model, max_tokens=J.JUDGE_MAX_TOKENS, temperature=0.0,
+                           prompt_style=J.JUDGE_STYLE).digest()
+
+
 class QuestionRunner:
     def __init__(
         self,
@@ -81,6 +96,7 @@ class QuestionRunner:
         blind: bool = False,
         fresh: bool = False,
         concurrency: int = 64,
+        judge: Judge | None = None,
     ) -> None:
         self.run_id = run_id
         self.pool = pool
@@ -91,6 +107,8 @@ class QuestionRunner:
         self.score_options = score_options
         self.arms: list[str] = list(images.arms) + ([BLIND] if blind else [])
         self.fresh = fresh
+        self.judge = judge
+        self._judge_digest = judge.digest if judge is not None else ""
         self._requests = DaemonWorkers(max(1, concurrency), "satbench-ask")
         self._lock = threading.Lock()
 
@@ -139,7 +157,7 @@ class QuestionRunner:
         arms = self.arms_for(job)
         missing = [a for a in arms if a not in stored]
         if not missing:
-            done.set_result(result)
+            self._finish(job, result, size, done)
             return done
 
         pending = [len(missing)]
@@ -151,7 +169,7 @@ class QuestionRunner:
                 last = pending[0] == 0
             if last:
                 result.arms = {a: result.arms[a] for a in arms}
-                done.set_result(result)
+                self._finish(job, result, size, done)
 
         def ask(arm: str, prepared: PreparedImage | None) -> None:
             try:
@@ -178,6 +196,80 @@ class QuestionRunner:
 
             image_future.add_done_callback(on_image)
         return done
+
+    # ------------------------------------------------------------------ the judge
+    def _finish(self, job: Job, result: ItemResult, size: tuple[int, int] | None, done: Future[ItemResult]) -> None:
+        """Every arm has its answer: ask the judge where the benchmark's official rules leave
+        an answer undecided, then complete the item."""
+        try:
+            asks = self._judge_asks(job, result, size)
+        except BaseException as exc:  # never leave an item waiting forever
+            result.arms[judge_arm("*")] = ArmResult(judge_arm("*"), "error", error=f"{type(exc).__name__}: {exc}")
+            asks = []
+        if not asks:
+            done.set_result(result)
+            return
+        stored = {} if self.fresh else self.store.get_many(job.nodeid, [(arm, fp) for arm, _, fp in asks])
+        for arm, row in stored.items():
+            result.arms[arm] = ArmResult(arm, "ok", text=row.text, from_store=True, latency_s=row.latency_s)
+        missing = [a for a in asks if a[0] not in stored]
+        if not missing:
+            done.set_result(result)
+            return
+        pending = [len(missing)]
+
+        def one(arm: str, prompt: str, fp: str) -> None:
+            try:
+                got = self._ask_judge(job, arm, prompt, fp)
+            except BaseException as exc:
+                got = ArmResult(arm, "error", error=f"{type(exc).__name__}: {exc}")
+            with self._lock:
+                result.arms[arm] = got
+                pending[0] -= 1
+                last = pending[0] == 0
+            if last:
+                done.set_result(result)
+
+        for arm, prompt, fp in missing:
+            self._requests.submit(one, arm, prompt, fp)
+
+    def _judge_asks(self, job: Job, result: ItemResult, size: tuple[int, int] | None) -> list[tuple[str, str, str]]:
+        """(judge arm, judge prompt, fingerprint) for each answer the rules do not decide."""
+        q = job.question
+        if self.judge is None or q.kind != "vqa" or J.JUDGED_VIEW not in self.score_options(q, size).views:
+            return []
+        asks = []
+        for arm, a in list(result.arms.items()):
+            if a.status != "ok" or is_repeat(arm):
+                continue
+            predicted = final_answer(a.text or "")
+            if J.official_rules(q.answer, predicted) is not None:
+                continue  # decided by the rules: the judge never sees it
+            prompt = J.judge_prompt(q.text, q.answer, predicted)
+            ja = judge_arm(arm)
+            fp = arm_fingerprint(self._judge_digest, arm=ja, codec_identity="", prompt=prompt,
+                                 image_sha256=None, size=None)
+            result.fingerprints[ja] = fp
+            asks.append((ja, prompt, fp))
+        return asks
+
+    def _ask_judge(self, job: Job, arm: str, prompt: str, fp: str) -> ArmResult:
+        assert self.judge is not None
+        try:
+            answer = self.judge.pool.ask(model=self.judge.model, prompt=prompt, image_jpeg=None,
+                                         max_tokens=J.JUDGE_MAX_TOKENS, temperature=0.0)
+        except RequestFailed as exc:
+            self.store.put(self._error_row(job, arm, fp, f"judge: {exc}"))
+            return ArmResult(arm, "error", error=f"judge: {exc}")
+        verdict = J.judge_verdict(answer.text)
+        self.store.put(AnswerRow(
+            nodeid=job.nodeid, arm=arm, fingerprint=fp, status="ok", benchmark=job.question.benchmark,
+            question_key=job.question.key, image_id=job.question.image.id, text=answer.text,
+            extracted=answer.text.strip()[:32], correct=verdict, parsed=True, finish_reason=answer.finish_reason,
+            latency_s=answer.latency_s, prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
+            cost=answer.cost, model=answer.model, server=answer.server, attempts=answer.attempts, run_id=self.run_id,
+        ))
+        return ArmResult(arm, "ok", text=answer.text, finish_reason=answer.finish_reason, latency_s=answer.latency_s)
 
     # ------------------------------------------------------------------ one request
     def _ask(self, job: Job, arm: str, fp: str, prepared: PreparedImage | None, size: tuple[int, int] | None) -> ArmResult:

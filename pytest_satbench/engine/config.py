@@ -36,6 +36,8 @@ class RuntimeConfig:
     request_timeout: float = 600.0
     retries: int = 4
     api_key: str | None = field(default=None, repr=False)
+    judge_url: str | None = None  # VRSBench's official judge (--judge); None: rules only
+    judge_model: str | None = None  # None: the one model the judge server lists
     allow_protocol_change: bool = False
     repeat_orig: int = 0  # asks of the original in all for the sampled questions; 0: once
     repeat_keys: frozenset[tuple[str, str]] = frozenset()  # (benchmark, key) sampled
@@ -53,7 +55,7 @@ class RuntimeConfig:
 
         return [ORIG, *[a.canonical for a in self.arms], *([BLIND] if self.blind else [])]
 
-    def protocol(self, model: str) -> dict[str, Any]:
+    def protocol(self, model: str, judge_model: str | None = None) -> dict[str, Any]:
         """What exactly was measured (never an API key): protocol.json of every report."""
         import time
 
@@ -73,4 +75,5 @@ class RuntimeConfig:
             "datasets": {k: dict(v) for k, v in self.dataset_hashes.items()},
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "tag": self.tag,
+            "judge": {"server": self.judge_url, "model": judge_model} if self.judge_url else None,
         }

@@ -19,7 +19,7 @@ from pytest_satbench.core import prompts
 from pytest_satbench.core.question import Question
 from pytest_satbench.core.records import ServerTraffic
 from pytest_satbench.core.scoring import ScoreOptions
-from pytest_satbench.engine.answering import ItemResult, Job, QuestionRunner
+from pytest_satbench.engine.answering import ItemResult, Job, Judge, QuestionRunner
 from pytest_satbench.engine.client import ModelMismatch, ServerPool, ServerUnavailable
 from pytest_satbench.engine.config import RuntimeConfig
 from pytest_satbench.engine.fingerprint import AskSettings
@@ -54,6 +54,7 @@ class Runtime:
         self.images: ImagePipeline
         self.runner: QuestionRunner
         self.lookahead: LookAhead[Askable, ItemResult] | None = None
+        self.judge: Judge | None = None
 
     @classmethod
     def start(cls, cfg: RuntimeConfig, upcoming: Iterable[Askable] | None = None) -> Runtime:
@@ -81,6 +82,7 @@ class Runtime:
             self.model = self.pool.resolve_model(cfg.model)
         except (ServerUnavailable, ModelMismatch) as exc:
             raise StartError(str(exc)) from None
+        judge = self.judge = self._open_judge()
         self.store = ResultStore(cfg.store_path)
         stack.callback(self.store.close)
         try:
@@ -91,7 +93,7 @@ class Runtime:
             codecs, store=self.store, cache_images=cfg.cache_images, disk_cache=self._disk_cache(),
         )
         stack.callback(self.images.close)
-        proto = cfg.protocol(self.model)
+        proto = cfg.protocol(self.model, judge.model if judge else None)
         proto["codec_identity"] = {
             a: self.images.codec_identity(a) for a in self.images.arms if self.images.codec_identity(a)
         }
@@ -118,6 +120,7 @@ class Runtime:
         self.runner = QuestionRunner(
             run_id=cfg.run_id, pool=self.pool, images=self.images, store=self.store, settings=settings,
             score_options=score_options, blind=cfg.blind, fresh=cfg.fresh, concurrency=cfg.concurrency,
+            judge=judge,
         )
         stack.callback(self.runner.close)
         if upcoming is not None:
@@ -128,6 +131,20 @@ class Runtime:
             stack.callback(self.lookahead.stop)
             self.lookahead.start()
 
+    def _open_judge(self) -> Judge | None:
+        cfg = self.cfg
+        if cfg.judge_url is None:
+            return None
+        pool = ServerPool([cfg.judge_url], timeout=cfg.request_timeout, retries=cfg.retries,
+                          concurrency=cfg.concurrency, api_key=cfg.api_key)
+        self._stack.callback(pool.close)
+        try:
+            pool.health_check()
+            model = pool.resolve_model(cfg.judge_model)
+        except (ServerUnavailable, ModelMismatch) as exc:
+            raise StartError(f"--judge: {exc}") from None
+        return Judge(pool, model)
+
     def _disk_cache(self) -> object | None:
         if self.cfg.recon_cache_dir is None:
             return None
@@ -136,9 +153,10 @@ class Runtime:
         return DiskCache(self.cfg.recon_cache_dir, max_bytes=self.cfg.recon_cache_bytes)
 
     def _record_traffic(self) -> None:
+        pools = [self.pool] + ([self.judge.pool] if self.judge is not None else [])
         traffic = [
             ServerTraffic(u.server, u.requests, u.answered, u.failures, u.retries)
-            for u in self.pool.usage().values()
+            for pool in pools for u in pool.usage().values()
         ]
         self.store.put_traffic(self.cfg.run_id, self.cfg.process, traffic)
 

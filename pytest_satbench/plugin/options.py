@@ -93,6 +93,17 @@ def _servers(where: str, raw: str) -> tuple[tuple[str, ...], bool]:
     return tuple(dict.fromkeys(urls)), False
 
 
+def _judge(where: str, raw: str) -> tuple[str, str | None]:
+    """(judge base URL, judge model or None: the one model it lists)."""
+    url, _, model = (part.strip() for part in raw.partition(","))
+    if not url.startswith(("http://", "https://")) or "," in model:
+        raise pytest.UsageError(
+            f"{where}: {raw!r} is not URL[,MODEL]; pass one judge server, e.g. http://judge:8000,gpt-4o-mini"
+        )
+    urls, _ = _servers(where, url)  # the same checks as --servers (no /v1)
+    return urls[0], model or None
+
+
 def _data_root(where: str, raw: str) -> tuple[Path, str]:
     """(folder, where it came from). Only an explicit option is checked for being a folder:
     an environment variable reaches every pytest run, and a stale one must not break runs
@@ -338,6 +349,10 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="from the prompt style"),
     Option("--iou", "IoU convention for grounding: inclusive (VRSBench's +1) or continuous", default="inclusive",
            choices=("inclusive", "continuous")),
+    Option("--judge", "LLM judge for the VRSBench answers its official rules leave undecided: an "
+           "OpenAI-compatible server and optionally its model", default=(None, None), parse=_judge,
+           fields=("judge_url", "judge_model"), ini="satbench_judge", metavar="URL[,MODEL]",
+           default_doc="none: VRSBench's official view is rules only, a lower bound"),
     Option("--blind", "also ask every question with no image (language-prior control)", kind="flag", default=False),
     Option("--gate", "accuracy gate, repeatable: [BENCHMARK[/TYPE]:]METRIC OP NUMBER, e.g. "
            "'rsvqa_lr:recon>=0.80', 'delta>=-2.0'", kind="list", default=(), parse=_gates, fields=("gates",),
@@ -406,6 +421,8 @@ class Settings:
     box_grid: str | None = _D["box_grid"]
     iou: str = _D["iou"]
     blind: bool = _D["blind"]
+    judge_url: str | None = _D["judge_url"]
+    judge_model: str | None = _D["judge_model"]
     export_jsonl: bool = _D["export_jsonl"]
     allow_protocol_change: bool = _D["allow_protocol_change"]
     gates: tuple[Gate, ...] = _D["gates"]

@@ -199,6 +199,7 @@ class SatbenchSession:
             box_grid=s.box_grid, iou=s.iou, blind=s.blind, fresh=s.fresh,
             concurrency=max(1, s.concurrency // workers), cache_images=s.cache_images,
             request_timeout=s.request_timeout, retries=s.retries, api_key=s.api_key,
+            judge_url=s.judge_url, judge_model=s.judge_model,
             allow_protocol_change=s.allow_protocol_change, repeat_orig=s.repeat_orig,
             repeat_keys=frozenset(self.repeat_keys), score_views=dict(self.score_views),
             process=str(workerinput.get("workerid", "main")),
