@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import random
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -13,24 +12,77 @@ from pytest_satbench.core.question import Question
 def stratified_limit(
     questions: Iterable[Question], limit: int | None, seed: int = 0
 ) -> list[Question]:
-    """Keep about `limit` questions, the same number from each question type.
+    """Keep `limit` questions, each question type in proportion to its size.
 
-    The seed script's rule: `per = max(1, limit // n_types)` questions drawn from each type
-    with `random.Random(seed).sample`, types in order of first appearance, so a given file
-    and limit always select the same questions.
+    A limited run is meant to estimate the full run, so the sample keeps the file's mix of
+    types: the overall (question-weighted) accuracy of a limited run estimates the full
+    run's, and per-type figures rest on as many questions as the type's share allows.
+
+    * Allocation: type `t` with `n_t` of the `N` questions gets `limit * n_t / N`, rounded
+      by largest remainder (the floors first, then one more to the types with the largest
+      fractional parts; ties go to the larger type, then to the type seen first), so the
+      total is exactly `min(limit, N)`.
+    * When `limit` is at least the number of types every type keeps at least one question;
+      the seat a small type needs comes from the type furthest above its exact share. With
+      fewer seats than types the largest types get them.
+    * Which questions: within a type, those ranked first by a digest of
+      `(seed, benchmark, key)` - a fixed pseudo-random order independent of file order,
+      Python's hash seed and the other types, so a given file, limit and seed select the same
+      questions on every run, and a larger limit keeps every question a smaller one chose.
+    * A question with several types (LHRS-Bench) is stratified by its primary type
+      (`Question.type`, the first one). `limit` of None or 0 keeps everything, as does a
+      limit at or above the size. The kept questions stay in file order.
     """
     qs = list(questions)
-    if not limit:
+    if not limit or limit >= len(qs):
         return qs
-    by_type: dict[str, list[Question]] = defaultdict(list)
-    for q in qs:
-        by_type[q.type].append(q)
-    rng = random.Random(seed)
-    per = max(1, limit // len(by_type)) if by_type else 0
-    chosen: list[Question] = []
-    for group in by_type.values():
-        chosen += rng.sample(group, min(per, len(group)))
-    return chosen
+    if limit < 0:
+        raise ValueError(f"--limit {limit} is negative")
+    by_type: dict[str, list[int]] = defaultdict(list)  # type -> positions, first-seen order
+    for i, q in enumerate(qs):
+        by_type[q.type].append(i)
+    sizes = {t: len(ix) for t, ix in by_type.items()}
+    seats = allocate(sizes, limit)
+    keep: list[int] = []
+    for t, positions in by_type.items():
+        ranked = sorted(positions, key=lambda i: _rank(seed, qs[i]))
+        keep += ranked[: seats[t]]
+    return [qs[i] for i in sorted(keep)]
+
+
+def allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
+    """`n` seats over strata of the given sizes, proportionally (see `stratified_limit`).
+
+    `sizes` is in a fixed order (first appearance); the result has the same keys, each value
+    at most the stratum's size, summing to `min(n, sum(sizes))`.
+    """
+    total = sum(sizes.values())
+    n = max(0, min(n, total))
+    if not n:
+        return dict.fromkeys(sizes, 0)
+    order = {t: i for i, t in enumerate(sizes)}
+    # Exact rational shares as numerator / total, to keep the rounding free of float error.
+    seats = {t: n * s // total for t, s in sizes.items()}
+    frac = {t: n * s % total for t, s in sizes.items()}
+    left = n - sum(seats.values())
+    for t in sorted(sizes, key=lambda t: (-frac[t], -sizes[t], order[t]))[:left]:
+        seats[t] += 1
+    if n >= len(sizes):
+        for t in sizes:
+            if seats[t] == 0:
+                # The donor is the type most above its exact share (seats - n*s/total), that
+                # can spare a seat; ties go to the larger type, then the later one.
+                donor = max(
+                    (d for d in sizes if seats[d] > 1),
+                    key=lambda d: (seats[d] * total - n * sizes[d], sizes[d], order[d]),
+                )
+                seats[donor] -= 1
+                seats[t] = 1
+    return seats
+
+
+def _rank(seed: int, q: Question) -> str:
+    return hashlib.sha1(f"{seed}:{q.benchmark}:{q.key}".encode()).hexdigest()
 
 
 def sort_by_image(questions: Iterable[Question]) -> list[Question]:
