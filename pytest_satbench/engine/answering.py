@@ -136,6 +136,12 @@ class QuestionRunner:
     def submit(self, job: Job) -> Future[ItemResult]:
         done: Future[ItemResult] = Future()
         result = ItemResult(job.question, prompt=job.prompt)
+        if self.store.failure is not None:
+            # nothing is asked that could not be kept
+            for arm in self.arms_for(job):
+                result.arms[arm] = ArmResult(arm, "error", error=str(self.store.failure))
+            done.set_result(result)
+            return done
         try:
             fps, size = self.fingerprints(job)
             result.fingerprints, result.sent_size = fps, size
@@ -172,6 +178,9 @@ class QuestionRunner:
                 self._finish(job, result, size, done)
 
         def ask(arm: str, prepared: PreparedImage | None) -> None:
+            if self.store.failure is not None:  # the store failed while this waited its turn
+                finish_one(ArmResult(arm, "error", error=str(self.store.failure)))
+                return
             try:
                 finish_one(self._ask(job, arm, fps[arm], prepared, size))
             except BaseException as exc:  # never leave an item waiting forever

@@ -26,7 +26,7 @@ from pytest_satbench.engine.fingerprint import AskSettings
 from pytest_satbench.engine.images import ImagePipeline
 from pytest_satbench.engine.lookahead import LookAhead
 from pytest_satbench.engine.provenance import protocol_conflict
-from pytest_satbench.engine.store import ResultStore
+from pytest_satbench.engine.store import ResultStore, StoreError
 
 
 class Askable(Protocol):
@@ -83,7 +83,10 @@ class Runtime:
         except (ServerUnavailable, ModelMismatch) as exc:
             raise StartError(str(exc)) from None
         judge = self.judge = self._open_judge()
-        self.store = ResultStore(cfg.store_path)
+        try:
+            self.store = ResultStore(cfg.store_path)
+        except StoreError as exc:
+            raise StartError(str(exc)) from None
         stack.callback(self.store.close)
         try:
             codecs = build_codecs(cfg.arms)
@@ -158,7 +161,10 @@ class Runtime:
             ServerTraffic(u.server, u.requests, u.answered, u.failures, u.retries)
             for pool in pools for u in pool.usage().values()
         ]
-        self.store.put_traffic(self.cfg.run_id, self.cfg.process, traffic)
+        try:
+            self.store.put_traffic(self.cfg.run_id, self.cfg.process, traffic)
+        except StoreError:
+            pass  # the store failed during the run: that is reported already, traffic is bookkeeping
 
     def job(self, item: Askable) -> Job:
         q = item.question

@@ -101,6 +101,38 @@ _UPSERT = (
 )
 
 
+class StoreError(Exception):
+    """The results store cannot be written or read: one line naming the file and what to do.
+    What was committed before it is kept."""
+
+
+def store_error(path: Path, exc: BaseException) -> StoreError:
+    """The one-line message for what SQLite (or the file system) said about the store."""
+    text = str(exc)
+    low = text.lower()
+    if _read_only_fs(path):
+        low = "readonly"
+    if "disk is full" in low or "no space" in low:
+        why = "the disk is full; free space or pass --store PATH on another disk, then rerun (answers committed so far are kept)"
+    elif "readonly" in low or "read-only" in low or "permission" in low:
+        why = "it cannot be written (read-only file or folder); fix its permissions or pass --store PATH"
+    elif "not a database" in low or "malformed" in low:
+        why = ("it is corrupt; rerun with --store-recover to move it aside (renamed .corrupt-<time>) and start a new "
+               "one, or pass --store PATH")
+    elif "unable to open" in low:
+        why = "it cannot be opened; check that its folder exists and is writable, or pass --store PATH"
+    else:
+        why = f"{text}; pass --store PATH to use another file"
+    return StoreError(f"results store {path}: {why}")
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class _Write:
     sql: str
@@ -126,20 +158,56 @@ class ResultStore:
     """
 
     def __init__(self, path: Path) -> None:
+        """Raises StoreError (one line with the remedy) when the file cannot be used."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
-        conn = self._conn()
-        conn.executescript(SCHEMA)
-        # stores written before answers recorded the run that asked them
-        if "run_id" not in {r[1] for r in conn.execute("PRAGMA table_info(answers)")}:
-            conn.execute("ALTER TABLE answers ADD COLUMN run_id TEXT")
         self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
-        self._writer_error: BaseException | None = None
+        self._writer_error: StoreError | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = self._conn()
+            conn.executescript(SCHEMA)
+            # stores written before answers recorded the run that asked them
+            if "run_id" not in {r[1] for r in conn.execute("PRAGMA table_info(answers)")}:
+                conn.execute("ALTER TABLE answers ADD COLUMN run_id TEXT")
+            self._identity = _identity(self.path)
+        except (sqlite3.Error, OSError) as exc:
+            self.close()
+            raise store_error(self.path, exc) from None
+
+    @property
+    def failure(self) -> StoreError | None:
+        """Why the store stopped taking writes (None while it works): nothing more should be
+        asked that could not be kept."""
+        return self._writer_error
+
+    @staticmethod
+    def recover(path: Path) -> Path | None:
+        """Move a corrupt store (and its WAL files) aside as `<name>.corrupt-<time>`; returns the
+        new name, or None when the store is readable (or absent) and was left alone."""
+        path = Path(path)
+        if not path.exists():
+            return None
+        try:
+            conn = sqlite3.connect(path)
+            try:
+                ok = conn.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError:
+            ok = False
+        if ok:
+            return None
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(str(path) + suffix)
+            if src.exists():
+                os.replace(src, Path(str(aside) + suffix))
+        return aside
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -163,6 +231,8 @@ class ResultStore:
                 if self._writer is None:
                     self._writer = threading.Thread(target=self._write_loop, name="satbench-store", daemon=True)
                     self._writer.start()
+        if self._writer_error is not None:
+            raise self._writer_error  # failed once: nothing more is taken (see `failure`)
         done = threading.Event() if wait else None
         self._queue.put(_Write(sql, params, done))
         if done is not None:
@@ -190,22 +260,43 @@ class ResultStore:
                     break
                 batch.append(more)
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                for w in batch:
-                    conn.execute(w.sql, w.params)
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
+                if self._writer_error is None:
+                    self._check_identity()
+                    conn.execute("BEGIN IMMEDIATE")
+                    for w in batch:
+                        conn.execute(w.sql, w.params)
+                    conn.execute("COMMIT")
+            except StoreError as exc:
+                self._writer_error = exc
+            except (sqlite3.Error, OSError) as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                self._writer_error = exc  # surfaces in every waiting put()
+                self._writer_error = store_error(self.path, exc)  # surfaces in every waiting put()
             for w in batch:
                 if w.done is not None:
                     w.done.set()
 
+    def _check_identity(self) -> None:
+        # A store deleted (a .pytest_cache removed) or replaced under a running process still
+        # takes writes through the open file, which no later run will ever read.
+        try:
+            now = _identity(self.path)
+        except FileNotFoundError:
+            now = None
+        if now != self._identity:
+            raise StoreError(
+                f"results store {self.path}: the file was deleted or replaced while this run wrote to it "
+                "(was .pytest_cache removed?); answers from here on could not be kept: rerun to ask them"
+            )
+
     def flush(self) -> None:
-        """Wait until every queued write is committed."""
-        if self._writer is not None:
-            self._write("SELECT 1", (), wait=True)
+        """Wait until every queued write is committed (or the store has failed: what it had
+        committed can still be read)."""
+        if self._writer is not None and self._writer_error is None:
+            try:
+                self._write("SELECT 1", (), wait=True)
+            except StoreError:
+                pass
 
     # ------------------------------------------------------------------ answers
     def put(self, row: AnswerRow) -> None:
@@ -252,7 +343,8 @@ class ResultStore:
     def export_jsonl(self, path: Path, benchmark: str | None = None) -> int:
         """Write every row (answers and errors) as JSON lines; returns the number written."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
+        # unique per process: two runs on one checkout may export at the same time
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         n = 0
         with open(tmp, "w", encoding="utf-8") as fh:
             for row in self.rows(benchmark):
@@ -374,6 +466,46 @@ class ResultStore:
                     pass  # created in a thread that is gone; nothing to flush in WAL mode
             self._all.clear()
         self._local = threading.local()
+
+
+# SQLite's WAL mode needs shared memory and POSIX locks that these do not give reliably
+# (sqlite.org/wal.html: "WAL does not work over a network filesystem").
+NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "ceph", "fuse.sshfs",
+                                 "fuse.glusterfs", "glusterfs", "beegfs", "afs"})
+
+
+def filesystem_of(path: Path, mounts: Path = Path("/proc/mounts")) -> str | None:
+    """The type of the file system `path` lives on (the longest mount point above it), or
+    None where the mount table cannot be read."""
+    try:
+        table = mounts.read_text().splitlines()
+    except OSError:
+        return None
+    target = str(Path(path).resolve())
+    best, fstype = "", None
+    for line in table:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, parts[2]
+    return fstype
+
+
+def network_store_warning(path: Path, mounts: Path = Path("/proc/mounts")) -> str | None:
+    """One line when the store would live on a network file system, else None."""
+    fstype = filesystem_of(Path(path).parent, mounts)
+    if fstype is None or fstype.lower() not in NETWORK_FILESYSTEMS:
+        return None
+    return (f"the results store {path} is on a {fstype} file system, where SQLite's locking is not safe; "
+            "pass --store PATH on local disk (e.g. /tmp or the node's scratch)")
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
 def _row(values: Sequence[object]) -> AnswerRow:

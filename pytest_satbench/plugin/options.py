@@ -104,6 +104,13 @@ def _judge(where: str, raw: str) -> tuple[str, str | None]:
     return urls[0], model or None
 
 
+def _store(where: str, raw: str) -> Path:
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        raise pytest.UsageError(f"{where}: {path} is a folder; pass the results file, e.g. {path / 'results.sqlite'}")
+    return path.resolve()
+
+
 def _data_root(where: str, raw: str) -> tuple[Path, str]:
     """(folder, where it came from). Only an explicit option is checked for being a folder:
     an environment variable reaches every pytest run, and a stale one must not break runs
@@ -340,6 +347,10 @@ OPTIONS: tuple[Option, ...] = (
            parse=integer(minimum=0), ini="satbench_retries", metavar="N"),
     Option("--tag", "name of this run's report folder under reports/<benchmark>/", default="default",
            parse=_tag, metavar="NAME"),
+    Option("--store", "the results store (SQLite); put it on local disk, not NFS/Lustre/GPFS", parse=_store,
+           ini="satbench_store", metavar="PATH", default_doc=".pytest_cache/d/satbench/results.sqlite"),
+    Option("--store-recover", "move a corrupt results store aside (renamed .corrupt-<time>) and start a new one",
+           kind="flag", default=False),
     Option("--fresh", "ignore stored answers and ask again", kind="flag", default=False),
     Option("--fail-on", "what fails an item: 'error' (transport/server failures) or 'regression' "
            "(also orig right, recon wrong)", default="error", choices=("error", "regression")),
@@ -415,6 +426,8 @@ class Settings:
     request_timeout: float = _D["request_timeout"]
     retries: int = _D["retries"]
     tag: str = _D["tag"]
+    store: Path | None = _D["store"]
+    store_recover: bool = _D["store_recover"]
     fresh: bool = _D["fresh"]
     fail_on: str = _D["fail_on"]
     prompt_style: str = _D["prompt_style"]

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from pytest_satbench.server import RunningServer
 
 
+STORE_FAILED_EXIT = 7  # the results store failed: the run stopped asking (gates: 6)
+
+
 class SatbenchSession:
     def __init__(self, config: pytest.Config, settings: Settings) -> None:
         self.config = config
@@ -61,6 +64,7 @@ class SatbenchSession:
         self._runtime: Runtime | None = None
         self._builtin: RunningServer | None = None
         self._outcomes: dict[str, str] = {}  # node id -> outcome, from runtest to its report
+        self.store_failure: str | None = None  # the store stopped taking writes: the run stops
         self._stopped = threading.Event()
 
     # ------------------------------------------------------------------ collection
@@ -136,9 +140,12 @@ class SatbenchSession:
 
     def _leave_out(self, line: str) -> None:
         self.left_out.append(line)
+        self._say(f"satbench: {line}")
+
+    def _say(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None and not self.is_worker:
-            reporter.write_line(f"satbench: {line}", yellow=True)
+            reporter.write_line(line, yellow=True)
 
     def _cache_dir(self, name: str) -> Path:
         cache = getattr(self.config, "cache", None)
@@ -150,6 +157,8 @@ class SatbenchSession:
 
     @property
     def store_path(self) -> Path:
+        if self.settings.store is not None:
+            return self.settings.store
         return self._cache_dir("satbench") / "results.sqlite"
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -173,7 +182,12 @@ class SatbenchSession:
 
     def _start(self, upcoming: Iterator[QuestionItem] | None) -> Runtime:
         from pytest_satbench.engine.runtime import Runtime, StartError
+        from pytest_satbench.engine.store import ResultStore
 
+        if self.settings.store_recover and not self.is_worker:
+            moved = ResultStore.recover(self.store_path)
+            if moved is not None:
+                self._say(f"satbench: the results store was corrupt; moved aside to {moved}, starting a new one")
         try:
             self._runtime = Runtime.start(self._runtime_config(), upcoming)
         except StartError as exc:
@@ -251,12 +265,24 @@ class SatbenchSession:
     def run_item(self, item: QuestionItem) -> None:
         from pytest_satbench.core.results import question_record
 
+        from pytest_satbench.engine.store import StoreError
+
         assert self._runtime is not None, "satbench runtime not started"
         result = self._runtime.result(item)
-        self._runtime.store.record_item(
-            self.run_id, item.nodeid, item.question.benchmark,
-            question_record(item.question, result.prompt, result.sent_size), result.fingerprints,
-        )
+        try:
+            self._runtime.store.record_item(
+                self.run_id, item.nodeid, item.question.benchmark,
+                question_record(item.question, result.prompt, result.sent_size), result.fingerprints,
+            )
+        except StoreError:
+            pass  # reported below through `failure`
+        failure = self._runtime.store.failure
+        if failure is not None:
+            # Nothing more is asked: every answer would be thrown away. A rerun resumes.
+            self.store_failure = str(failure)
+            item.session.shouldstop = f"satbench: {failure}"
+            self._outcomes[item.nodeid] = ERROR
+            raise QuestionFailed(str(failure))
         outcome = classify(result)
         self._outcomes[item.nodeid] = outcome
         if outcome == ERROR:
@@ -291,33 +317,54 @@ class SatbenchSession:
         servers = "builtin reference server" if s.builtin_server else ", ".join(s.servers)
         arms = ", ".join([ORIG] + [a.canonical for a in s.arms] + ([BLIND] if s.blind else []))
         root = f"{s.data_root} ({s.data_root_source})" if s.data_root else "none"
-        return [f"satbench: servers: {servers}; arms: {arms}; data root: {root}; prompt style: {s.prompt_style}"]
+        lines = [f"satbench: servers: {servers}; arms: {arms}; data root: {root}; prompt style: {s.prompt_style}"]
+        from pytest_satbench.engine.store import network_store_warning
+
+        warning = network_store_warning(self.store_path)
+        if warning:
+            lines.append(f"satbench: WARNING: {warning}")
+        return lines
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Controller (or the only process), after every item: from the store's rows, the
         statistics, gates and reports, all through `core.results`."""
+        if self.store_failure is not None:
+            session.exitstatus = STORE_FAILED_EXIT
         if self.is_worker or not self.store_path.exists():
             return
-        from pytest_satbench.core import gates
-        from pytest_satbench.engine.store import ResultStore
-        from pytest_satbench.report.build import collect
+        from pytest_satbench.engine.store import ResultStore, StoreError
 
-        store = ResultStore(self.store_path)
         try:
-            if not any(r["run_id"] == self.run_id for r in store.runs(self.settings.tag)):
-                return  # no question ran in this run
-            self.results = collect(store, self.run_id, iterations=self.settings.bootstrap)
-            if not self.results:
-                return
-            self.gate_results = gates.evaluate(list(self.settings.gates), {r.benchmark: r.stats for r in self.results})
-            if any(not g.passed for g in self.gate_results) and session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = gates.GATE_FAILED_EXIT
-            store.finish_run(self.run_id)
-            if self.settings.reports:
-                self.report_dirs = self._write_reports(store)
+            store = ResultStore(self.store_path)
+        except StoreError as exc:
+            if self._runtime is not None:  # else the start already said it, as a usage error
+                self.store_failure = self.store_failure or str(exc)
+                session.exitstatus = STORE_FAILED_EXIT
+            return
+        try:
+            self._finish(session, store)
+        except StoreError as exc:
+            self.store_failure = self.store_failure or str(exc)
+            session.exitstatus = STORE_FAILED_EXIT
         finally:
             store.close()
+
+    def _finish(self, session: pytest.Session, store: Any) -> None:
+        from pytest_satbench.core import gates
+        from pytest_satbench.report.build import collect
+
+        if not any(r["run_id"] == self.run_id for r in store.runs(self.settings.tag)):
+            return  # no question ran in this run
+        self.results = collect(store, self.run_id, iterations=self.settings.bootstrap)
+        if not self.results:
+            return
+        self.gate_results = gates.evaluate(list(self.settings.gates), {r.benchmark: r.stats for r in self.results})
+        if any(not g.passed for g in self.gate_results) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = gates.GATE_FAILED_EXIT
+        store.finish_run(self.run_id)
+        if self.settings.reports:
+            self.report_dirs = self._write_reports(store)
 
     def _write_reports(self, store: Any) -> list[Path]:
         from pytest_satbench.report import write_reports
@@ -352,6 +399,10 @@ class SatbenchSession:
             terminalreporter.write_line(f"satbench: report written to {folder}")
         if self.report_error:
             terminalreporter.write_line(f"satbench: writing reports failed: {self.report_error}", red=True)
+        if self.store_failure:
+            terminalreporter.write_line(
+                f"satbench: {self.store_failure} (exit status {STORE_FAILED_EXIT})", red=True
+            )
         if self.not_loaded and config.option.verbose > 0:
             terminalreporter.write_line(f"satbench: not loaded (-k selects none of their items): {', '.join(self.not_loaded)}")
         if self.settings.export_jsonl:

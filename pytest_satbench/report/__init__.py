@@ -75,6 +75,7 @@ def _write_one(data: BenchmarkResult, out_root: Path, gates: list[dict[str, Any]
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    # unique per process: two runs on one checkout may write the same report at once
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

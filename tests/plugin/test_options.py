@@ -119,6 +119,8 @@ def ini_cases(d1: Path, d2: Path) -> dict[str, IniCase]:
         "--retries": ("0", "2", lambda s: s.retries, 0, 2),
         "--prompt-style": ("geochat", "geocot", lambda s: s.prompt_style, "geochat", "geocot"),
         "--box-grid": ("100", "pixels", lambda s: s.box_grid, "100", "pixels"),
+        "--store": (str(d1 / "a.sqlite"), str(d2 / "b.sqlite"), lambda s: s.store, (d1 / "a.sqlite").resolve(),
+                    (d2 / "b.sqlite").resolve()),
         "--judge": ("http://j:1", "http://k:2,gpt-4o-mini", lambda s: (s.judge_url, s.judge_model),
                     ("http://j:1", None), ("http://k:2", "gpt-4o-mini")),
         # the ini's gates are added to the command line's, not replaced
@@ -160,6 +162,7 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--prompt-style": ("x", "--prompt-style: unknown prompt style 'x'; known: *"),
     "--box-grid": ("7", "--box-grid: expected one of 1000, 100, pixels, got '7'"),
     "--iou": ("x", "--iou: expected one of inclusive, continuous, got 'x'"),
+    "--store": (".", "--store: * is a folder; pass the results file*"),
     "--judge": ("judge:8000", "--judge: 'judge:8000' is not URL*; pass one judge server*"),
     "--gate": ("x", "--gate 'x': expected *"),
     "--repeat-orig": ("1", "--repeat-orig: K is the number of asks in all*"),
