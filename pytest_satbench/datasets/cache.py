@@ -19,7 +19,7 @@ from pathlib import Path
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.datasets.registry import Benchmark, LoadRequest
 
-CACHE_VERSION = "1"  # bump when Question's fields change
+CACHE_VERSION = "2"  # bump when Question's fields or the selection (--limit) change
 
 
 def load_questions(bench: Benchmark, req: LoadRequest, cache_dir: Path | None) -> list[Question]:

@@ -118,7 +118,10 @@ class Runtime:
                 base = options[q.benchmark] = ScoreOptions(
                     box_grid=box_grid, iou=cfg.iou, views=cfg.score_views.get(q.benchmark, frozenset()),
                 )
-            return ScoreOptions(base.box_grid, base.iou, size, base.views) if size else base
+            if not size:
+                return base
+            # boxes on the pixel grid are in the image the model saw (Qwen2.5-VL resizes it)
+            return ScoreOptions(base.box_grid, base.iou, prompts.model_image_size(cfg.prompt_style, size), base.views)
 
         self.runner = QuestionRunner(
             run_id=cfg.run_id, pool=self.pool, images=self.images, store=self.store, settings=settings,

@@ -323,7 +323,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--data-root", "folder holding the benchmarks", default=(None, ""), parse=_data_root,
            fields=("data_root", "data_root_source"), fallback=_data_root_from_env, ini="satbench_data_root",
            metavar="DIR", default_doc="$SATBENCH_DATA_ROOT, else $TOKLIP_ROOT/data"),
-    Option("--limit", "about N questions per benchmark, stratified by question type with a fixed seed",
+    Option("--limit", "N questions per benchmark, each question type in proportion to its size (at least one "
+           "per type), fixed seed",
            parse=_limit, metavar="N", default_doc="all"),
     Option("--recon", "reconstruction arm, repeatable: identity | jpeg:quality=Q | resize:factor=F | "
            "onedpiece:ckpt=PATH,...", kind="list", default=(), fields=("arms",), build=_arms,
@@ -354,7 +355,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--fresh", "ignore stored answers and ask again", kind="flag", default=False),
     Option("--fail-on", "what fails an item: 'error' (transport/server failures) or 'regression' "
            "(also orig right, recon wrong)", default="error", choices=("error", "regression")),
-    Option("--prompt-style", "prompt convention: geocot or geochat", default=DEFAULT_STYLE, parse=_prompt_style,
+    Option("--prompt-style", "prompt convention: geocot, geochat, qwen2vl or qwen25vl", default=DEFAULT_STYLE, parse=_prompt_style,
            ini="satbench_prompt_style", metavar="STYLE"),
     Option("--box-grid", "grid of the model's boxes", choices=("1000", "100", "pixels"), ini="satbench_box_grid",
            default_doc="from the prompt style"),

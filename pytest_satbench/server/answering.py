@@ -6,7 +6,8 @@ documented answer that depends on the text only, which is also what every questi
 when no image is attached (the "blind" control arm, i.e. the language-prior baseline):
 
 - a multiple-choice question (options "A." / "B." ... in the text) -> "A"
-- a referring request ("where is ...") -> "[0, 0, 1000, 1000]" (the whole image)
+- a referring request (each prompt style's wording: "where is ...", "[refer] ...",
+  Qwen's) -> "[0, 0, 1000, 1000]" (the whole image)
 - a yes/no question (starts with is/are/does/do/can/...) -> "yes"
 - anything else -> "unknown"
 
@@ -50,7 +51,10 @@ _COMP = [
 ]
 # Options "A." and "B." not glued to a word: "A. x; B. y", "(A) x (B) y", "['A. x', 'B. y']".
 _MC = re.compile(r"(?<![A-Za-z0-9])\(?A[.):]\s.*?(?<![A-Za-z0-9])\(?B[.):]\s", re.S)
-_WHERE = re.compile(r"^\s*where is\b", re.I | re.M)
+# Referring requests in each prompt style's wording: geocot "where is ...", GeoChat's
+# "[refer] Give me the location of <p> ... </p>", Qwen2-VL's object-reference tokens and
+# Qwen2.5-VL's "Locate ..., output its bbox coordinates".
+_WHERE = re.compile(r"^\s*where is\b|\[refer\]|<\|object_ref_start\|>|^\s*locate\b.*\bbbox\b", re.I | re.M)
 _YES_NO = re.compile(
     r"^\s*(?:is|are|does|do|did|can|could|was|were|has|have|will|would|should)\b", re.I | re.M
 )
