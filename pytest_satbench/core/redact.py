@@ -1,4 +1,4 @@
-"""Credentials never reach a report: reports are shared, keys are not."""
+"""Credentials are never written anywhere: the store, reports, the terminal, junit XML and\nerror messages are shared, keys are not."""
 
 from __future__ import annotations
 
@@ -6,16 +6,24 @@ import math
 import re
 from typing import Any
 
-# What an API key looks like in the wild: OpenAI/OpenRouter "sk-...", bearer tokens, HF "hf_...".
-_KEYLIKE = re.compile(r"\b(?:sk-[A-Za-z0-9_\-]{6,}|sk_[A-Za-z0-9_\-]{6,}|hf_[A-Za-z0-9]{10,}|Bearer\s+\S+)")
+# What an API key looks like in the wild: OpenAI/OpenRouter "sk-...", HF "hf_...", and the
+# value of an Authorization header of any scheme (a server may echo it in an error).
+_KEYLIKE = re.compile(
+    r"\b(?:sk-[A-Za-z0-9_\-]{6,}|sk_[A-Za-z0-9_\-]{6,}|hf_[A-Za-z0-9]{10,}"
+    r"|(?:Bearer|Basic|Token|Digest|ApiKey)\s+[A-Za-z0-9._~+/=\-]{4,})",
+    re.IGNORECASE,
+)
 _KEY_OPTIONS = ("--api-key", "--openai-api-key", "--token")
-_USERINFO = re.compile(r"^([a-z][a-z0-9+.\-]*://)[^/@\s]+@", re.IGNORECASE)
+# user:password@ in any URL of a text (a --servers list has several, comma-separated)
+_USERINFO = re.compile(r"\b([a-z][a-z0-9+.\-]*://)[^/@\s,]+@", re.IGNORECASE)
+# credentials as URL query parameters (?api_key=..., &token=...)
+_QUERY_KEY = re.compile(r"([?&](?:api[_-]?key|key|token|access_token|auth)=)[^&\s#,]+", re.IGNORECASE)
 REDACTED = "<redacted>"
 
 
 def redact_url(url: str) -> str:
-    """A server URL without user:password@ (never written to a report)."""
-    return _USERINFO.sub(r"\1", url)
+    """A server URL without user:password@ or a key in its query (never written anywhere)."""
+    return _QUERY_KEY.sub(rf"\1{REDACTED}", _USERINFO.sub(r"\1", url))
 
 
 def redact(value: Any) -> Any:

@@ -60,8 +60,10 @@ class RuntimeConfig:
         import time
 
         from pytest_satbench import __version__
+        from pytest_satbench.core.redact import redact
 
-        return {
+        # redacted before it is stored: a command line can carry user:password@ in a URL
+        return redact({
             "plugin_version": __version__,
             "command": list(self.command),
             "model": model,
@@ -76,4 +78,4 @@ class RuntimeConfig:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "tag": self.tag,
             "judge": {"server": self.judge_url, "model": judge_model} if self.judge_url else None,
-        }
+        })
