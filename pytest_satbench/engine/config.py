@@ -48,6 +48,7 @@ class RuntimeConfig:
     servers_shown: tuple[str, ...] = ()  # how the servers are named in protocol.json
     dataset_hashes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     limit: int | None = None
+    planned: Mapping[str, int] = field(default_factory=dict)  # questions selected per benchmark
 
     @property
     def arm_names(self) -> list[str]:
@@ -74,6 +75,8 @@ class RuntimeConfig:
             "iou": self.iou,
             "arms": self.arm_names,
             "limit": self.limit,
+            # what the run set out to answer: a report counts what it never reached as not run
+            "planned": dict(self.planned),
             "datasets": {k: dict(v) for k, v in self.dataset_hashes.items()},
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "tag": self.tag,

@@ -16,6 +16,7 @@ import gc
 import os
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,8 @@ class SatbenchSession:
         self._outcomes: dict[str, str] = {}  # node id -> outcome, from runtest to its report
         self.store_failure: str | None = None  # the store stopped taking writes: the run stops
         self._stopped = threading.Event()
+        self._planned: dict[str, int] = {}
+        self.interrupted = False
 
     # ------------------------------------------------------------------ collection
     @pytest.hookimpl(tryfirst=True)
@@ -172,6 +175,7 @@ class SatbenchSession:
     def pytest_runtestloop(self, session: pytest.Session) -> Any:
         items = [i for i in session.items if isinstance(i, QuestionItem)]
         if items and not self._is_controller() and not session.config.option.collectonly:
+            self._planned = dict(Counter(i.question.benchmark for i in items))
             self._start(self._upcoming(session, items))
         try:
             return (yield)
@@ -219,7 +223,7 @@ class SatbenchSession:
             process=str(workerinput.get("workerid", "main")),
             command=("pytest", *self.config.invocation_params.args),
             servers_shown=("builtin reference server",) if s.builtin_server else (),
-            dataset_hashes=self.dataset_hashes, limit=s.limit,
+            dataset_hashes=self.dataset_hashes, limit=s.limit, planned=self._planned,
         )
 
     def _builtin_server(self) -> RunningServer:
@@ -362,7 +366,8 @@ class SatbenchSession:
         self.gate_results = gates.evaluate(list(self.settings.gates), {r.benchmark: r.stats for r in self.results})
         if any(not g.passed for g in self.gate_results) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = gates.GATE_FAILED_EXIT
-        store.finish_run(self.run_id)
+        if not self.interrupted:  # an interrupted run stays unfinished in the store (and its reports say so)
+            store.finish_run(self.run_id)
         if self.settings.reports:
             self.report_dirs = self._write_reports(store)
 
@@ -414,6 +419,16 @@ class SatbenchSession:
             store.close()
             terminalreporter.write_line(f"satbench: exported {n} stored rows to {out}")
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """Ctrl-C: one line instead of pytest's banner and the interrupted thread's frame."""
+        self.interrupted = True
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and getattr(reporter, "_keyboardinterrupt_memo", None) is not None:
+            # pytest prints this memo's message as one "!!! ... !!!" line, then (for a message
+            # naming KeyboardInterrupt) the frame of whichever thread wait the signal landed in
+            reporter._keyboardinterrupt_memo = _OneLine(INTERRUPTED_LINE)
+
     # ------------------------------------------------------------------ xdist
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -424,6 +439,20 @@ class SatbenchSession:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._builtin is not None:
             self._builtin.close()
+
+
+INTERRUPTED_LINE = "satbench: interrupted; every answer received so far is stored: rerun the same command to resume"
+
+
+class _OneLine:
+    """Stands in for pytest's record of a KeyboardInterrupt: just its message."""
+
+    def __init__(self, message: str) -> None:
+        self.reprcrash = self
+        self.message = message
+
+    def toterminal(self, tw: Any) -> None:
+        tw.line(self.message)
 
 
 def _xdist_interactor(config: pytest.Config) -> Any:

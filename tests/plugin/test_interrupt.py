@@ -1,0 +1,44 @@
+"""Ctrl-C in a real run: one line, no thread frames; the run stays unfinished in the store and
+a rerun asks only what was not answered."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from datasets_fake import write_rsvqa
+from servers import FakeVLM
+
+
+def test_ctrl_c_is_one_line_and_a_rerun_resumes(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_b.py").write_text("from pytest_satbench import benchmark_test\ntest_rsvqa_lr = benchmark_test('rsvqa_lr')\n")
+    data = tmp_path / "data"
+    write_rsvqa(data, "lr", n_images=10, per_type=5)  # 200 questions
+    store = tmp_path / "results.sqlite"
+    with FakeVLM(["m"], answer=lambda p, h, i: "yes", delay=0.05) as srv:
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--servers", srv.url, "--data-root",
+               str(data), "--store", str(store), "--concurrency", "4"]
+        run = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 30
+        while srv.chat_requests < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=60)
+        asked = srv.chat_requests
+        rerun = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        total = srv.chat_requests
+    assert run.returncode == 2, out
+    assert "satbench: interrupted; every answer received so far is stored" in out
+    assert "Traceback" not in out and "threading.py" not in out and "KeyboardInterrupt" not in out, out
+    conn = sqlite3.connect(store)
+    runs = conn.execute("SELECT finished FROM runs ORDER BY started").fetchall()
+    answered = conn.execute("SELECT COUNT(*) FROM answers WHERE status='ok'").fetchone()[0]
+    conn.close()
+    assert runs[0] == (None,) and runs[1][0] is not None  # the interrupted run is not marked finished
+    assert rerun.returncode == 0 and answered == 200
+    assert total <= 200 + 4  # over both runs: nothing asked twice but what was in flight at Ctrl-C
