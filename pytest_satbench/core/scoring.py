@@ -51,67 +51,135 @@ Extra views (``Score.views``), computed where the benchmark declares them
   ``gt == pred``; else 0. The official protocol asks GPT-4o-mini in that last case, which we
   do not, so this view is a lower bound of the published VRSBench numbers.
 
-3. Multiple choice (`pick`, `score_mc`) - LHRS-Bench
----------------------------------------------------
+3. Multiple choice (`pick`, `score_mc`, `lhrs_official`) - LHRS-Bench
+---------------------------------------------------------------------
 ``question.choices`` are the option texts in letter order (A, B, ...); letters beyond the
 number of options are not valid. `pick` collects every option the final answer names, by
 these rules (markdown ``*``/`````` ` `````` removed first), and returns the letter only when
-exactly one valid option is named. Precedence matters only for rule e: a letter, when one
-is named, is the answer, and the option texts are not consulted (except in rules b and c):
+exactly one valid option is named. A letter, when one is named, is the answer, and the
+option texts are consulted only to catch a letter written with ANOTHER option's text.
+"Brackets" below are ``()``, ``[]``, quotes (``'B'``, ``"B"``, curly quotes) and their
+full-width forms (``（B）``, ``【B】``, ``「B」``):
 
-a. the whole answer (or its first line) is a letter: ``C``, ``c``, ``C.``, ``(C)``, ``C)``,
-   ``C:``, ``**C**``, ``C`` then a new line and an explanation;
-b. the answer starts with a letter and a delimiter (``.``, ``)``, ``:``) or ``(C)``:
-   ``C. Farm``, ``(C) Farm``. If the text after it is exactly the text of a DIFFERENT
-   option (``A. Farm`` where Farm is C), the answer names two options;
-c. a letter after a cue word ``answer``/``option``/``choice`` (optionally ``is``, ``:``):
-   ``Answer: C``, ``The answer is C.``, ``I choose option (B)``. The letter must be followed
-   by the end, ``.``, ``)`` or ``:`` (a capital letter also by ``,`` or ``;``) - so the
-   article in ``The answer is a farm`` is not a letter. A capital letter followed by words
-   is read as the letter after ``answer`` (``The answer is C because ...``) unless the words
-   are a different option's text (``The answer is A farm`` - an article) or the letter is
-   ``A`` or ``I``, which are also English words (``The answer is A because ...`` must be
-   written ``A.`` to count); after ``option``/``choice`` it describes rather than answers
+a. the whole first line is a letter: ``C``, ``c``, ``C.``, ``(C)``, ``C)``, ``C:``, ``[C]``,
+   ``'C'``, ``"C"``, ``C。``, ``**C**``, ``C`` then a new line and an explanation;
+b. the answer starts with a letter and a delimiter (``.`` ``)`` ``:`` ``,`` ``;`` a spaced
+   dash, or their full-width forms) or a bracketed letter: ``C. Farm``, ``(C) Farm``,
+   ``C, because ...``, ``C - Farm``;
+b'. the first line starts with a capital letter, a space and words: ``C because ...``,
+   ``C Farm``, ``C (Farm)``, ``C is correct.``. ``A`` and ``I`` are also English words, so
+   they count only when what follows cannot follow the article or the pronoun: a bracket,
+   or ``because``/``since``/``is``/``was``/``seems``/``appears``/``looks``/``fits``/
+   ``matches`` (``A because ...``, ``A is correct``; not ``A farm is visible``, ``I think
+   ...``). A first line that is exactly an option's text (``L shape``) is that text.
+   In b and b', the words after the letter are checked: if they are (or start, up to a
+   delimiter or ``because``/``since``/``which``/``is``, with) the text of a DIFFERENT option
+   (``A. Farm``, ``B (Farm)``, ``B Farm, because ...`` where Farm is C), or a second lone
+   letter (``B, C``), the answer names two options;
+c. a letter after a cue: ``answer``, ``option``, ``choice``, ``choose``/``chose``,
+   ``select``, ``pick``, ``go with``, ``say``, and the Chinese ``答案`` (answer), ``选项``
+   (option), ``选择``/``选`` (choose), optionally then ``is``/``是``/``为`` and ``:``/``：``:
+   ``Answer: C``, ``The answer is C.``, ``I choose option (B)``, ``I would choose B.``,
+   ``答案：B``. The letter must be bracketed or followed by the end or punctuation (a
+   capital letter also by ``,`` ``;`` or a Chinese character) - so the article in ``The
+   answer is a farm`` is not a letter. A capital letter followed by words is the answer
+   (``The answer is C because ...``) unless the words are a different option's text (``The
+   answer is A farm``: an article), or the letter is ``A``/``I`` not followed by one of the
+   connectives of b'; after ``option``/``choice`` it describes rather than answers
    (``Option B is wrong``) unless the words are the letter's own option text;
-d. a parenthesised capital letter anywhere: ``... so the answer is (C) ...``;
+c'. weak cue: a capital letter right after ``is``, ``be``, ``it's``, ``so``, ``thus``,
+   ``hence`` or ``therefore``, followed by the end, punctuation or ``because``/``since``/
+   ``as``: ``I think it's B.``, ``It is B. Park.``, ``so it must be (C)``, ``..., so B.``;
+c''. a capital letter said to be right: ``B is correct``, ``B is the best``, ``B is the
+   answer``, ``B is the most likely`` (anywhere; ``B is not correct`` names nothing);
+d. a bracketed capital letter anywhere: ``... so the answer is (C) ...``; weak: a capital
+   letter that ends the answer after a comma, colon, line break or a sentence (``Based on
+   the image, B.``, ``This is a park. B``); two letters joined by ``or`` or ``/`` on the
+   first line (``B or C``, ``B/C``, not ``not C or D``), which names both;
 e. only when rules a-d found no letter: the option text alone (first line), compared after
-   `normalize_vqa` with a leading cue (``answer:``, ``the answer is``) and a leading article
-   removed: ``Farm``, ``a farm.``, ``The answer is Farm``. Only exact matches count:
-   ``farmland`` does not name ``Farm``, and ``A farm is visible`` names nothing.
+   `normalize_vqa` with a leading cue (``answer:``, ``the answer is``, ``it is``, ``I think
+   it's``) and a leading article removed: ``Farm``, ``a farm.``, ``The answer is Farm``;
+   or the first line's start up to a delimiter (``,`` ``;`` ``:`` ``(`` a spaced dash or a
+   full stop), checked as in b for a second option: ``Farm, because ...`` names C,
+   ``Farm, Forest`` two options. Only exact matches count: ``farmland`` does not name
+   ``Farm``, and ``A farm is visible`` names nothing.
 
-Two different letters (``The answer is A. No, the answer is C.``, ``(A) or (C)``), or a
-letter that is not a valid option (``E`` with four options), make the answer unparseable:
-``parsed=False``, scored wrong and counted separately, so a format problem is not mistaken
-for a knowledge problem.
-Why not the official LHRS-Bot scorer: it compares only the FIRST character of the output and
-runs SQuAD ``normalize_answer``, which deletes ``a`` as an article - so option A can never be
-matched by a lower-case reply and ``(C)`` reads as ``(``. ScoreRS' variant counts an empty
-prediction as correct (``"" in answer``). Neither behaviour measures the model.
+Two different letters (``The answer is A. No, the answer is C.``, ``(A) or (C)``,
+``B, C``), or a letter that is not a valid option (``E`` with four options) named by rules
+a-d (weak rules only ever add valid letters), make the answer unparseable: ``parsed=False``,
+scored wrong and counted separately, so a format problem is not mistaken for a knowledge
+problem.
+
+View ``("lhrs_official", 0|1)``, computed where the benchmark declares it
+(``ScoreOptions.views``; LHRS-Bench does): LHRS-Bot's own scorer, reproduced so its table
+can be (NJU-LHRS/LHRS-Bot ``main_bench_gen.py``, ``main``; its ``normalize_answer`` is
+SQuAD's). The official script takes the FIRST character of the decoded output, strips it,
+and compares it with the ground truth after ``normalize_answer`` on both (lower-case,
+ASCII punctuation removed, the articles ``a``/``an``/``the`` removed, whitespace squeezed).
+Consequences, reproduced as they are: ``c`` reads as C; ``a`` and ``A`` normalise to the
+empty string, exactly as the ground truth ``A`` does, so option A IS readable, and so is
+every reply whose first character is ASCII punctuation or whitespace (``(C)``, ``**C**``,
+``<think>``, `` C``) - all count as option A; ``The answer is C`` and ``Farm`` are wrong
+whatever the truth. The view reads the raw reply, not the final answer (the official
+script does not remove reasoning). An empty reply is 0: the official script has no
+character to read there (it fails). Why the headline is not this rule: it scores format,
+not knowledge - a reply that names C plainly is wrong, a reply that opens with a bracket
+is right when the truth is A. (ScoreRS' variant counts an empty prediction as correct,
+``"" in answer``.)
 
 4. Grounding (`parse_box`, `to_grid`, `iou`, `score_ref`) - VRSBench referring
 ------------------------------------------------------------------------------
-* Boxes are read from the final answer only (never from ``<think>``): the first of
-  ``[x1, y1, x2, y2]`` (ints or floats; in a nested list ``[[...], [...]]`` the first box)
-  or ``{<x1><y1><x2><y2>}`` (braces optional), whichever comes first in the text. A box
-  whose corners are given in the wrong order (``x2 < x1`` or ``y2 < y1``) is reordered: it
-  denotes the same rectangle, and the official formula would give a negative area instead.
+* Boxes are read from the final answer only (never from ``<think>``); the first of these,
+  whichever comes first in the text:
+  - ``[x1, y1, x2, y2]`` (ints or floats; in a nested list ``[[...], [...]]`` or Qwen2.5-VL's
+    JSON ``[{"bbox_2d": [...], "label": ...}]`` the first box);
+  - ``{<x1><y1><x2><y2>}`` (braces optional), also GeoChat's rotated form
+    ``{<x1><y1><x2><y2>|<angle>}`` (the angle is ignored);
+  - Qwen2-VL's ``(x1,y1),(x2,y2)``, with or without ``<|box_start|>``/``<|box_end|>`` and a
+    leading ``<|object_ref_start|>...<|object_ref_end|>`` (a server that skips special
+    tokens sends the bare pairs). The Qwen2-VL technical report (arXiv:2409.12191, visual
+    grounding) defines this form with corners normalised to [0, 1000): the default grid of
+    the ``geocot`` style, so such a model scores with ``--box-grid 1000`` (the grid is never
+    guessed from the form);
+  - MiniCPM-V's ``<box>x1 y1 x2 y2</box>`` (space-separated numbers, only inside the tag);
+  - named corners, in any order: ``x1=25, y1=40, x2=33, y2=60``, ``x1: 25``, JSON
+    ``{"x1": 25, ...}``, ``x_min``/``xmin``..``y_max``, ``left``/``top``/``right``/``bottom``
+    (the first complete set of one naming).
   Any other text (four bare numbers, ``(x, y, w, h)``) is unparseable - a model that does not
   answer with a box did not localise the object.
+* Fractions: a box whose four coordinates are all in [0, 1] and at least one is written with
+  a decimal point (``[0.25, 0.4, 0.33, 0.6]``) gives its corners as fractions of the image's
+  width and height, whatever ``--box-grid`` says: it is multiplied by 100. On any grid such a
+  box would be under one unit wide, which no model means. ``[0, 0, 1, 1]`` (integers) is read
+  on the grid.
+* Reversed corners (``x2 < x1`` or ``y2 < y1``, after conversion) give IoU 0, as the official
+  ``computeIoU`` (lx709/VRSBench ``eval_fianl/eval_utils.py``) gives for a box reversed by at
+  least one unit: its intersection width is then never positive. (Earlier versions reordered
+  the corners.) The lenient reading is available as the views ``("iou_reordered", v)`` and
+  ``("acc@0.5_reordered", 0|1)``, computed only where a benchmark declares the view
+  ``reordered``.
 * Ground truth is VRSBench's ``{<x1><y1><x2><y2>}`` on a 0-100 grid. The model's box is
   converted to that grid from ``ScoreOptions.box_grid`` (``--box-grid``): ``1000`` (the
-  GLM-V / Geo-CoT380k convention, the default) divides by 10; ``100`` is used as is;
-  ``pixels`` divides by the width/height of the image the model saw, times 100. Mixing grids
-  silently gives near-zero or spuriously high IoU, which is why the grid is an explicit option.
-  No clipping and no rounding is applied after conversion.
-* IoU (``ScoreOptions.iou``): ``inclusive`` (default) is VRSBench's official pixel convention,
-  ``inter = (min(x2)-max(x1)+1) * (min(y2)-max(y1)+1)``, ``area = (x2-x1+1)*(y2-y1+1)``;
-  ``continuous`` is the plain geometric IoU. Example: GT ``[25,40,33,60]`` vs
-  ``[26,41,34,61]`` is 0.734 inclusive, 0.711 continuous; a zero-width GT such as
-  ``[92,0,96,0]`` (VRSBench has a few) can only be hit under the inclusive convention. An empty
-  union gives 0.
+  GLM-V / Geo-CoT380k / Qwen2-VL convention, the default) divides by 10; ``100`` is used as
+  is; ``pixels`` divides by the width/height of the image the model saw, times 100. Mixing
+  grids silently gives near-zero or spuriously high IoU, which is why the grid is an explicit
+  option. No clipping and no rounding is applied after conversion.
+* IoU (``ScoreOptions.iou``): ``inclusive`` (default) is VRSBench's official pixel convention
+  (``computeIoU``): ``inter = (min(x2)-max(x1)+1) * (min(y2)-max(y1)+1)``,
+  ``area = (x2-x1+1)*(y2-y1+1)``; ``continuous`` is the plain geometric IoU. Example: GT
+  ``[25,40,33,60]`` vs ``[26,41,34,61]`` is 0.734 inclusive, 0.711 continuous; a zero-width
+  GT such as ``[92,0,96,0]`` (VRSBench has a few) can only be hit under the inclusive
+  convention. An empty union gives 0.
 * ``correct`` = IoU >= 0.5; views ``("iou", v)``, ``("acc@0.5", 0|1)``, ``("acc@0.7", 0|1)``.
-  An unparseable answer is a miss and stays in the denominator, as in the official metric.
-  Reports split Acc@0.5/0.7 into Unique / Non-unique / All with `ref_split`.
+  An unparseable answer is a miss and stays in the denominator, as in the official metric
+  (``compute_metrics.ipynb`` divides by every sample). Reports split Acc@0.5/0.7 into Unique
+  / Non-unique / All with `ref_split`.
+* Where this differs from the official parsing on purpose: the official notebook
+  (``eval_fianl/compute_metrics.ipynb``) takes the first four runs of digits anywhere in the
+  raw answer (``re.findall(r'\\d+', ...)``) and applies no grid conversion. That reads
+  ``0.25`` as ``0`` and ``25``, a reasoning trace's numbers as the box, and a 0-1000 box as
+  if it were on 0-100; we read only well-formed boxes in the final answer, on the declared
+  grid.
 
 Aggregation (per type, overall, average accuracy) is not scoring: see `stats` and `results`.
 """
@@ -119,6 +187,7 @@ Aggregation (per type, overall, average accuracy) is not scoring: see `stats` an
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -128,6 +197,7 @@ __all__ = [
     "Score",
     "ScoreOptions",
     "BOX_GRIDS",
+    "FRACTION_GRID",
     "IOU_MODES",
     "final_answer",
     "normalize_vqa",
@@ -135,6 +205,7 @@ __all__ = [
     "score_vqa",
     "pick",
     "score_mc",
+    "lhrs_official",
     "parse_box",
     "to_grid",
     "iou",
@@ -171,8 +242,10 @@ class ScoreOptions:
     box_grid: str = "1000"  # grid of the MODEL's boxes: "1000" | "100" | "pixels"
     iou: str = "inclusive"  # "inclusive" (VRSBench +1) | "continuous"
     image_size: tuple[int, int] | None = None  # (W, H) the model saw; for box_grid="pixels"
-    # The optional VQA views a benchmark declares for itself (`Benchmark.score_views`):
-    # "binned" (RSVQA count/area classes), "official" (VRSBench's deterministic rules).
+    # The optional views a benchmark declares for itself (`Benchmark.score_views`):
+    # "binned" (RSVQA count/area classes), "official" (VRSBench's deterministic VQA rules),
+    # "lhrs_official" (LHRS-Bot's first-character rule), "reordered" (grounding boxes with
+    # reversed corners reordered, beside the official IoU 0).
     views: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -324,25 +397,71 @@ def score_vqa(question: Question, text: str, options: ScoreOptions) -> Score:
 
 _LETTERS = "ABCDEFGHIJKLMNOP"  # LHRS-Bench allows options up to P
 _STRIP_MD = re.compile(r"[*`]+")
-# (a) the whole answer is a letter
-_WHOLE = re.compile(r"^\(?([A-Za-z])\)?\s*[.:)]?$")
-# (b) leading letter + delimiter, then option text
-_LEAD = re.compile(r"^(?:\(([A-Za-z])\)|([A-Za-z])\s*[.):])\s*(.*)$", re.DOTALL)
-# (c) cue word, then a letter token; what follows the letter is checked in code
-# (the letter is matched in a lookahead so "answer is option C" still finds the cue "option")
-# ("：" is the full-width colon GLM/Qwen-family models emit after Chinese-style cues)
+_OPENERS = "([【「『'\"“‘（"
+_CLOSERS = ")]】」』'\"”’）"
+_O = "[" + re.escape(_OPENERS) + "]"
+_C = "[" + re.escape(_CLOSERS) + "]"
+# what may follow a letter token: the end, or punctuation (ASCII or full-width)
+_STOP = ".:)。：）!！?？"
+_SOFT_STOP = ",;，；、"  # after a capital letter only ("B, because ...")
+# (a) the whole first line is a letter: C  c  C.  (C)  [C]  'C'  "C"  C。
+_WHOLE = re.compile(r"^" + _O + r"?\s*([A-Za-z])\s*" + _C + r"?\s*[.:)。：!！]?$")
+# (b) a leading letter and a delimiter, then text: C. Farm  (C) Farm  C, because  C - Farm
+_LEAD = re.compile(
+    r"^(?:" + _O + r"\s*(?P<l1>[A-Za-z])\s*" + _C
+    + r"|(?P<l2>[A-Za-z])(?:\s*[.):：。）]|\s*[,;，；、]|\s+[-–—]|[-–—]\s))\s*(?P<rest>.*)$",
+    re.DOTALL)
+# (b') a leading capital letter and a space, then words: B because ...  B Park  B is correct
+_LEAD_WORD = re.compile(r"^(?P<l>[A-P])\s+(?P<rest>\S.*)$", re.DOTALL)
+# Words after a leading "A"/"I" that neither an article nor the pronoun is followed by.
+_CONNECTIVE = re.compile(
+    r"^(?:because|since|is|was|seems|appears|looks|fits|matches)\b|^[(（]", re.IGNORECASE)
+# (c) a cue, then a letter token; what follows the letter is checked in `_cue_letter`
+# (the letter is matched in a lookahead so "answer is option C" still finds the cue "option";
+# "：" is the full-width colon; 答案 "answer", 选项 "option", 选择/选 "choose")
 _CUE = re.compile(
-    r"\b(?P<cue>answer|option|choice)s?\b"
-    r"(?=(?:\s+is)?\s*[:：\-]?\s*(?P<open>\()?(?P<letter>[A-Za-z])(?P<close>\))?)",
+    r"(?:\b(?P<cue>answers?|options?|choices?|choose|chose|chosen|select(?:ed)?|pick(?:ed)?"
+    r"|go(?:ing)?\s+with|say)\b|(?P<cjk>答案|选项|选择|选))"
+    r"(?=(?:\s+is)?\s*(?:是|为)?\s*[:：\-]?\s*(?P<open>" + _O + r")?(?P<letter>[A-Za-z])"
+    r"(?P<close>" + _C + r")?)",
     re.IGNORECASE)
-# (d) a parenthesised capital letter anywhere
-_PAREN = re.compile(r"\(([A-P])\)")
+_DESCRIBING_CUES = frozenset({"option", "options", "choice", "choices"})
+# (c') a weak cue: a capital letter right after "is"/"be"/"it's", followed by nothing or
+# punctuation: "I think it's B.", "It is B. Park.", "so it must be (C)"
+_WEAK_CUE = re.compile(
+    r"\b(?i:is|be|it['’]?s|so|thus|hence|therefore)\s*[:：,]?\s*(?P<open>" + _O
+    + r")?(?P<letter>[A-P])(?P<close>" + _C + r")?(?=$|\s*$|[" + re.escape(_STOP + _SOFT_STOP)
+    + r"]|\s+(?i:because|since|as)\b)")
+# (c'') a capital letter said to be right: "Among the options, B is the best."
+_IS_RIGHT = re.compile(
+    r"(?<![\w'’])" + _O + r"?(?P<letter>[A-P])" + _C + r"?\s+(?i:is\s+(?:the\s+)?"
+    r"(?:correct|right|best|answer|most\s+likely))\b")
+# (d) a bracketed capital letter anywhere: "... so the answer is (C) ..."
+_PAREN = re.compile(r"[(（\[【]([A-P])[)）\]】]")
+# (d') a capital letter that ends the answer after a comma, colon or line break
+_TAIL = re.compile(
+    r"(?:^|[,:;，：；\n]|[.。!！]\s)\s*" + _O + r"?([A-P])" + _C + r"?\s*[.。!！]?\s*$")
+# (d'') two letters joined by "or" / "/" on the first line: "B or C", "B/C", "(A) or (C)";
+# not "not C or D", which excludes them
+_OR = re.compile(
+    r"(?<![\w'’])(?<!not )(?<!nor )(?<!neither )" + _O + r"?([A-P])" + _C
+    + r"?\s*(?:or|/)\s*(?:maybe\s+|possibly\s+|perhaps\s+)?" + _O + r"?([A-P])" + _C
+    + r"?(?![\w'’])")
+# (e) where an option text alone ends on the first line: "Farm, because ..."
+_TEXT_END = re.compile(r"[,;:，；：(（]|\s[-–—]\s|\.(?:\s|$)")
 # (e) cue prefixes and an article removed before comparing option texts
 _TEXT_PREFIX = re.compile(
-    r"^(?:(?:the\s+)?(?:correct\s+|final\s+)?(?:answer|option|choice)\b(?:\s+is)?\s*[:\-]?\s*)?"
+    r"^(?:(?:the\s+)?(?:correct\s+|final\s+)?(?:answer|option|choice)\b(?:\s+is)?\s*[:\-]?\s*"
+    r"|(?:i\s+think\s+|i\s+believe\s+)?(?:it\s+is|it\s+s|this\s+is)\s+)?"
     r"(?:(?:a|an|the)\s+)?", re.IGNORECASE)
+# where the option text after a leading letter ends: "Park, because ...", "Park (the trees)"
+_HEAD_END = re.compile(
+    r"[,;:，；：(（]|\s[-–—]\s|\.(?:\s|$)|(?:^|\s)(?:because|since|as|which|that|is|was)\b",
+    re.IGNORECASE)
+_LONE_LETTER = re.compile(r"^" + _O + r"?([A-P])" + _C + r"?$")
 _WORD_LETTERS = frozenset("AI")  # capital letters that are also English words
 _OWN_LETTER = re.compile(r"^\(?([A-Pa-p])\)?\s*[.):]\s*")
+_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 def _norm_option(text: str) -> str:
@@ -364,24 +483,47 @@ def _first_line(s: str) -> str:
     return s.strip().split("\n", 1)[0].strip()
 
 
+def _named_after(rest: str, text_letters: Callable[[str], set[str]]) -> set[str]:
+    """The options the words after a letter name: an option text (the whole first line, its
+    bracketed start, or its start up to a delimiter), or a lone second letter ("B, C")."""
+    line = _first_line(rest).rstrip(".。").strip()
+    if not line:
+        return set()
+    m = _LONE_LETTER.match(line)
+    if m:
+        return {m.group(1)}
+    named = set(text_letters(line))
+    if line[0] in _OPENERS:
+        close = next((i for i, ch in enumerate(line[1:], 1) if ch in _CLOSERS), None)
+        if close is not None:
+            named |= text_letters(line[1:close])
+    else:
+        cut = _HEAD_END.search(line)
+        if cut and cut.start() > 0:
+            named |= text_letters(line[: cut.start()])
+    return named
+
+
 def _cue_letter(c: re.Match[str], s: str, text_letters: Callable[[str], set[str]]) -> bool:
-    """Whether the letter after a cue word is an option letter rather than the start of a word
+    """Whether the letter after a cue is an option letter rather than the start of a word
     ("The answer is a farm", "Option A is wrong")."""
     opened, letter, closed = c.group("open"), c.group("letter"), c.group("close")
     after = s[c.end("close") if closed else c.end("letter"):]
     if opened:
-        return bool(closed)  # "(C)"; "(C" is not a letter token
-    if closed or not after.strip() or after[0] in ".:)":
+        return bool(closed)  # "(C)", "'C'"; "(C" is not a letter token
+    if closed or not after.strip() or after[0] in _STOP:
         return True
-    if after[0] in ",;":
-        return letter.isupper()
+    if after[0] in _SOFT_STOP or _CJK.match(after[0]):
+        return letter.isupper()  # "Answer: C, because"; "答案是B因为..."
     if after[0].isspace() and letter.isupper():
-        named = text_letters(_first_line(after).rstrip("."))
+        named = _named_after(after, text_letters)
         if named:  # "Answer: C Farm" names C; "The answer is A farm" is an article
             return letter in named
-        # "The answer is C because ...": a letter, unless it is a word ("A", "I");
-        # but "Option B is wrong" describes an option rather than answering
-        return c.group("cue").lower() == "answer" and letter not in _WORD_LETTERS
+        if c.group("cjk") is None and c.group("cue").lower() in _DESCRIBING_CUES:
+            return False  # "Option B is wrong" describes an option rather than answering
+        # "The answer is C because ...": a letter, unless it is a word ("A", "I") that is not
+        # followed by a word an article or the pronoun cannot be ("A because ...")
+        return letter not in _WORD_LETTERS or bool(_CONNECTIVE.match(after.lstrip()))
     return False
 
 
@@ -403,27 +545,72 @@ def pick(text: str, choices: Sequence[str]) -> str | None:
         return by_text.get(_norm_option(rest), set())
 
     s = _STRIP_MD.sub("", final_answer(text)).strip()
-    found: set[str] = set()
+    line = _first_line(s)
+    found: set[str] = set()  # letters named by the strong rules, valid or not
+    weak: set[str] = set()  # letters named by the weak rules; only valid ones count
 
-    m = _WHOLE.match(_first_line(s))
+    m = _WHOLE.match(line)
     if m:  # (a) - on the first line, so "C\n\nBecause ..." reads as C
         found.add(m.group(1).upper())
-    else:
-        m = _LEAD.match(s)
-        if m:  # (b)
-            found.add((m.group(1) or m.group(2)).upper())
-            rest = _first_line(m.group(3)).rstrip(".")
-            found |= text_letters(rest)  # a different option's text: two options named
+    elif (m := _LEAD.match(s)):  # (b)
+        found.add((m.group("l1") or m.group("l2")).upper())
+        found |= _named_after(m.group("rest"), text_letters)  # another option's text: two
+    elif (m := _LEAD_WORD.match(line)) and m.group("l") in valid:
+        # (b') "B because ...", "B Park", "B (Park)", "B is correct"; not "A farm is
+        # visible" (an article), "I think ..." (the pronoun), nor a whole option text that
+        # starts with a capital letter and a space ("L shape")
+        letter, rest = m.group("l"), m.group("rest")
+        bracketed = rest[0] in _OPENERS
+        if (bracketed or not text_letters(line)) and (
+                letter not in _WORD_LETTERS or _CONNECTIVE.match(rest)):
+            found.add(letter)
+            found |= _named_after(rest, text_letters)
     for c in _CUE.finditer(s):  # (c)
         if _cue_letter(c, s, text_letters):
             found.add(c.group("letter").upper())
+    for w in _WEAK_CUE.finditer(s):  # (c')
+        if not w.group("open") or w.group("close"):
+            weak.add(w.group("letter"))
+    found |= {r.group("letter") for r in _IS_RIGHT.finditer(s)}  # (c'')
     found |= {p.group(1) for p in _PAREN.finditer(s)}  # (d)
+    if (t := _TAIL.search(s)):  # (d')
+        weak.add(t.group(1))
+    for o in _OR.finditer(line):  # (d'')
+        found |= {o.group(1), o.group(2)}
+    found |= weak & set(valid)
     if not found:  # (e) only when no letter was named
-        found |= text_letters(_first_line(s).rstrip("."))
+        found |= text_letters(line.rstrip("."))
+        cut = _TEXT_END.search(line)
+        if not found and cut and cut.start() > 0 and (head := text_letters(line[: cut.start()])):
+            # "Farm, because ...": the text, then what follows it ("Farm, Forest": two)
+            rest = line[cut.start():] if line[cut.start()] in _OPENERS else line[cut.end():]
+            found |= head | _named_after(rest, text_letters)
     if len(found) != 1:
         return None
     (letter,) = found
     return letter if letter in valid else None
+
+
+# SQuAD's normalize_answer, as LHRS-Bot's main_bench_gen.py runs it (written anew here).
+_SQUAD_PUNCT = frozenset(string.punctuation)
+_SQUAD_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def _squad_normalize(s: str) -> str:
+    s = "".join(ch for ch in s.lower() if ch not in _SQUAD_PUNCT)
+    return " ".join(_SQUAD_ARTICLES.sub(" ", s).split())
+
+
+def lhrs_official(text: str, letter: str) -> bool:
+    """LHRS-Bot's own verdict (NJU-LHRS/LHRS-Bot `main_bench_gen.py`, `main`): the FIRST
+    character of the raw reply, stripped, against the ground-truth letter, both through SQuAD
+    `normalize_answer`. Reproduced with its quirks (module docstring §3): ``a`` and ``A``
+    become empty like the letter ``A``, so a reply that starts with ``a``, punctuation or
+    whitespace counts as option A; ``(C)`` reads as ``(``. An empty reply is 0 (the official
+    script has no first character to read there)."""
+    if not text:
+        return False
+    return _squad_normalize(text[0].strip()) == _squad_normalize(letter)
 
 
 def _gt_letter(question: Question) -> str:
@@ -440,36 +627,81 @@ def _gt_letter(question: Question) -> str:
 
 
 def score_mc(question: Question, text: str, options: ScoreOptions) -> Score:
-    """The picked letter against the ground-truth letter (rules: §3)."""
+    """The picked letter against the ground-truth letter, plus the LHRS-Bot view (rules: §3)."""
     if not question.choices:
         raise ValueError(
             f"{question.benchmark} question {question.key}: multiple-choice question without "
             f"choices; the loader must fill Question.choices")
     gt = _gt_letter(question)
+    views: tuple[tuple[str, float], ...] = ()
+    if "lhrs_official" in options.views:
+        views = (("lhrs_official", float(lhrs_official(text, gt))),)
     got = pick(text, question.choices)
     if got is None:
         return Score(correct=False, parsed=False,
-                     extracted=final_answer(text)[:_EXTRACT_CAP])
-    return Score(correct=got == gt, parsed=True, extracted=got)
+                     extracted=final_answer(text)[:_EXTRACT_CAP], views=views)
+    return Score(correct=got == gt, parsed=True, extracted=got, views=views)
 
 
 # --------------------------------------------------------------------------- grounding
 
 Box = tuple[float, float, float, float]
-_N = r"\s*(-?\d+(?:\.\d+)?)\s*"
+_NUM = r"(-?\d+(?:\.\d+)?)"
+_N = r"\s*" + _NUM + r"\s*"
 _SQUARE = re.compile(r"\[" + ",".join([_N] * 4) + r"\]")
-_ANGLE = re.compile(r"\{?\s*" + r"\s*".join([r"<" + _N + r">"] * 4) + r"\s*\}?")
+# {<x1><y1><x2><y2>}, braces optional; GeoChat's rotated form {<x1><y1><x2><y2>|<angle>} too
+_ANGLE = re.compile(
+    r"\{?\s*" + r"\s*".join([r"<" + _N + r">"] * 4) + r"\s*(?:\|\s*<[^<>]*>\s*)?\}?")
+# Qwen2-VL: <|box_start|>(x1,y1),(x2,y2)<|box_end|>; a server that skips special tokens
+# sends the bare (x1,y1),(x2,y2)
+_QWEN_MARKS = re.compile(r"<\|(?:box_start|box_end|object_ref_start|object_ref_end)\|>")
+_PAIRS = re.compile(r"\(" + _N + "," + _N + r"\)\s*,?\s*\(" + _N + "," + _N + r"\)")
+# MiniCPM-V: <box>x1 y1 x2 y2</box> (space-separated; the tag makes it a box)
+_TAGGED = re.compile(r"<box>\s*" + r"\s+".join([_NUM] * 4) + r"\s*</box>", re.IGNORECASE)
+# named corners: x1=25, y1=40, ...; "x1": 25 (JSON); x_min/xmin ...; left/top/right/bottom
+_KEY = re.compile(
+    r"(?<![\w])[\"']?(?P<key>x_?1|y_?1|x_?2|y_?2|x_?min|y_?min|x_?max|y_?max"
+    r"|left|top|right|bottom)[\"']?\s*[:=]\s*[\"']?" + _NUM, re.IGNORECASE)
+_KEY_SETS = (("x1", "y1", "x2", "y2"), ("xmin", "ymin", "xmax", "ymax"),
+             ("left", "top", "right", "bottom"))
+FRACTION_GRID = "1"  # corners given as fractions of the image's width and height
+
+
+def _named_corners(s: str) -> tuple[int, tuple[str, ...]] | None:
+    """(position, the four numbers as written) of the first complete set of named corners."""
+    seen: dict[str, tuple[int, str]] = {}
+    for m in _KEY.finditer(s):
+        seen.setdefault(m.group("key").lower().replace("_", ""), (m.start(), m.group(2)))
+    sets = [(min(seen[n][0] for n in names), tuple(seen[n][1] for n in names))
+            for names in _KEY_SETS if all(n in seen for n in names)]
+    return min(sets) if sets else None
+
+
+def _find_box(text: str) -> tuple[Box, bool] | None:
+    """The first box in the final answer, as written, and whether it is in fractions (§4)."""
+    s = _QWEN_MARKS.sub(" ", final_answer(text))
+    hits: list[tuple[int, tuple[str, ...]]] = []
+    for rx in (_SQUARE, _ANGLE, _PAIRS, _TAGGED):
+        m = rx.search(s)
+        if m:
+            hits.append((m.start(), m.group(1, 2, 3, 4)))
+    named = _named_corners(s)
+    if named:
+        hits.append(named)
+    if not hits:
+        return None
+    raw = min(hits)[1]
+    x1, y1, x2, y2 = (float(v) for v in raw)
+    box = (x1, y1, x2, y2)
+    fraction = all(0.0 <= v <= 1.0 for v in box) and any("." in v for v in raw)
+    return box, fraction
 
 
 def parse_box(text: str) -> Box | None:
-    """The first box in the final answer, in either format, corners ordered (rules: §4)."""
-    s = final_answer(text)
-    hits = [m for m in (_SQUARE.search(s), _ANGLE.search(s)) if m]
-    if not hits:
-        return None
-    m = min(hits, key=lambda h: h.start())
-    x1, y1, x2, y2 = (float(m.group(i)) for i in range(1, 5))
-    return (min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2))
+    """The first box in the final answer, in any format of §4, as written: corners are not
+    reordered and fractions are not converted (`score_ref` does that)."""
+    found = _find_box(text)
+    return found[0] if found else None
 
 
 def _scale(grid: str, image_size: tuple[int, int] | None) -> tuple[float, float]:
@@ -478,7 +710,7 @@ def _scale(grid: str, image_size: tuple[int, int] | None) -> tuple[float, float]
             raise ValueError("--box-grid pixels needs the (width, height) of the image the "
                              "model saw; pass ScoreOptions(image_size=...)")
         return float(image_size[0]), float(image_size[1])
-    if grid not in BOX_GRIDS:
+    if grid not in BOX_GRIDS and grid != FRACTION_GRID:
         raise ValueError(f"--box-grid {grid!r} is not one of {', '.join(BOX_GRIDS)}")
     g = float(grid)
     return g, g
@@ -486,7 +718,8 @@ def _scale(grid: str, image_size: tuple[int, int] | None) -> tuple[float, float]
 
 def to_grid(box: Sequence[float], from_grid: str, to_grid: str,
             image_size: tuple[int, int] | None = None) -> Box:
-    """`box` converted between grids ("1000", "100", "pixels" with `image_size` = (W, H))."""
+    """`box` converted between grids ("1000", "100", "pixels" with `image_size` = (W, H), and
+    "1" for fractions of the image)."""
     fw, fh = _scale(from_grid, image_size)
     tw, th = _scale(to_grid, image_size)
     x1, y1, x2, y2 = box
@@ -494,7 +727,10 @@ def to_grid(box: Sequence[float], from_grid: str, to_grid: str,
 
 
 def iou(a: Sequence[float], b: Sequence[float], mode: str = "inclusive") -> float:
-    """Intersection over union; "inclusive" adds 1 to widths/heights as VRSBench does."""
+    """Intersection over union; "inclusive" adds 1 to widths/heights as VRSBench does.
+
+    A negative extent counts as empty (the official formula would multiply it in); a box
+    with reversed corners gets 0 from `score_ref` before this is reached."""
     if mode not in IOU_MODES:
         raise ValueError(f"iou mode {mode!r} is not one of {', '.join(IOU_MODES)}")
     e = 1.0 if mode == "inclusive" else 0.0
@@ -511,6 +747,11 @@ def _fmt_box(box: Box) -> str:
     return ",".join(f"{round(v, 2):g}" for v in box)
 
 
+def _hits(v: float) -> tuple[bool, bool]:
+    # Rounded so that a value printed as 0.5 in a report is never counted as a miss.
+    return round(v, 9) >= 0.5, round(v, 9) >= 0.7
+
+
 def score_ref(question: Question, text: str, options: ScoreOptions) -> Score:
     """IoU of the answer box with the 0-100 ground truth; correct at IoU >= 0.5 (rules: §4)."""
     gt = parse_box(question.answer)
@@ -518,16 +759,26 @@ def score_ref(question: Question, text: str, options: ScoreOptions) -> Score:
         raise ValueError(
             f"{question.benchmark} question {question.key}: ground truth {question.answer!r} "
             f"is not a box '{{<x1><y1><x2><y2>}}'; fix the loader or the record")
-    pred = parse_box(text)
-    if pred is None:
+    lenient = "reordered" in options.views
+    found = _find_box(text)
+    if found is None:
+        views = [("iou", 0.0), ("acc@0.5", 0.0), ("acc@0.7", 0.0)]
+        if lenient:
+            views += [("iou_reordered", 0.0), ("acc@0.5_reordered", 0.0)]
         return Score(correct=False, parsed=False, extracted=final_answer(text)[:_EXTRACT_CAP],
-                     views=(("iou", 0.0), ("acc@0.5", 0.0), ("acc@0.7", 0.0)))
-    p = to_grid(pred, options.box_grid, GT_GRID, options.image_size)
-    v = iou(p, gt, options.iou)
-    # Rounded so that a value printed as 0.5 in a report is never counted as a miss.
-    hit5, hit7 = round(v, 9) >= 0.5, round(v, 9) >= 0.7
-    return Score(correct=hit5, parsed=True, extracted=_fmt_box(p),
-                 views=(("iou", v), ("acc@0.5", float(hit5)), ("acc@0.7", float(hit7))))
+                     views=tuple(views))
+    box, fraction = found
+    p = to_grid(box, FRACTION_GRID if fraction else options.box_grid, GT_GRID,
+                options.image_size)
+    reversed_corners = p[2] < p[0] or p[3] < p[1]
+    v = 0.0 if reversed_corners else iou(p, gt, options.iou)
+    hit5, hit7 = _hits(v)
+    views = [("iou", v), ("acc@0.5", float(hit5)), ("acc@0.7", float(hit7))]
+    if lenient:
+        r = (min(p[0], p[2]), min(p[1], p[3]), max(p[0], p[2]), max(p[1], p[3]))
+        vr = iou(r, gt, options.iou)
+        views += [("iou_reordered", vr), ("acc@0.5_reordered", float(_hits(vr)[0]))]
+    return Score(correct=hit5, parsed=True, extracted=_fmt_box(p), views=tuple(views))
 
 
 _TRUE = frozenset(["1", "true", "yes", "t", "y"])

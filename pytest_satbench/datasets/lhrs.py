@@ -19,6 +19,9 @@ parquet converted from qa.json in order gets the same keys.
 `answer` is a letter (`"C"`, `"C."`, `"(C)"`) or the option text, normalised to the letter
 at load time. `type` is a list of ids "1".."11" (multi-label) or one string; ids map to
 the names below (ScoreRS' LHRS_TYPE_MAP, the same as qa.json's `qtype`).
+
+Answers are scored by `core/scoring.py` §3 (the option letter the reply names); the view
+`lhrs_official` reproduces LHRS-Bot's own scorer (its first-character rule) beside it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_satbench.core.labels import Labels, ViewLabel
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.datasets._common import check_key, read_json
 from pytest_satbench.datasets.registry import (
@@ -312,6 +316,16 @@ def _load(req: LoadRequest) -> Iterator[Question]:
     yield from load_lhrs(req.data_root, req.limit, req.seed)
 
 
+# LHRS-Bot's own scorer (NJU-LHRS/LHRS-Bot main_bench_gen.py) reads only the first character
+# of the reply: beside our letter pick, so LHRS-Bot's table can be reproduced
+# (core/scoring.py, §3).
+LHRS_VIEWS = frozenset({"lhrs_official"})
+LHRS_LABELS = Labels(views=(ViewLabel(
+    "lhrs_official",
+    "lhrs_official: LHRS-Bot's scorer (first character after SQuAD normalisation)",
+    "LHRS-Bot official scorer (first character of the reply)",
+),))
+
 LHRS = register(
     Benchmark(
         name="lhrs",
@@ -322,5 +336,7 @@ LHRS = register(
         load=_load,
         types=TYPE_NAMES,
         metric="accuracy of the option letter; per type (multi-label: once per type) and overall",
+        score_views=LHRS_VIEWS,
+        labels=LHRS_LABELS,
     )
 )

@@ -4,7 +4,6 @@ letters) and the edge cases a wrong implementation would get wrong."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from pytest_satbench.core.question import ImageRef, Question
@@ -13,6 +12,7 @@ from pytest_satbench.core.scoring import (
     ScoreOptions,
     final_answer,
     iou,
+    lhrs_official,
     normalize_vqa,
     parse_box,
     pick,
@@ -188,6 +188,11 @@ def test_vrsbench_official_rules_directly() -> None:
     "Option A is wrong; the answer is C.", "Option B is wrong, the answer is C.",
     "C\n\nThe fields indicate farmland.", "I choose option C: Farm", "Choice C",
     "The answer is option C", "The answer is: C", "Answer: Farm", "Answer：C",
+    # issue 9: replies that plainly lead with a letter
+    "C, because of the fields.", "C because of the fields.", "C Farm", "C - Farm", "C (Farm)",
+    "[C]", "'C'", '"C"', "C。", "答案：C", "I think it's C.", "It is C. Farm.", "C is correct.",
+    "I would choose C.",
+    "The answer is A farm.",  # "A" followed by an option's text is the article
 ])
 def test_pick_reads_c(raw: str) -> None:
     assert pick(raw, CHOICES) == "C"
@@ -197,6 +202,9 @@ def test_pick_reads_c(raw: str) -> None:
     ("A", "A"), ("a", "A"), ("a.", "A"), ("(a)", "A"), ("A. Factory", "A"),
     ("The answer is A.", "A"), ("D", "D"), ("The answer is B, the park.", "B"),
     ("The answer is B because of the trees.", "B"), ("Answer: A Factory", "A"),
+    # "because" cannot follow the article or the pronoun: the letter A (was unparseable)
+    ("The answer is A because of the fields.", "A"), ("A because of the chimneys.", "A"),
+    ("A is correct.", "A"), ("A (Factory)", "A"), ("I think it's A.", "A"),
 ])
 def test_pick_other_letters(raw: str, want: str) -> None:
     # The official LHRS-Bot scorer deletes "a" as an article: option A must still be readable.
@@ -215,10 +223,13 @@ def test_pick_other_letters(raw: str, want: str) -> None:
     "A farm is visible in the image.",  # a sentence, not a letter and not an option text
     "I am not sure.",
     "Park? No. Farm",  # not an option text on its own
-    "The answer is A because of the fields.",  # "A" followed by words may be an article
+    "A (Farm)",  # letter A, bracketed text of option C
     "Answer: C Forest",  # letter C, text of D
     "<think>The answer is C</think>",  # the letter only appears in the reasoning
     "<think>C</think><answer></answer>",
+    # a letter followed by another option's text or a second letter names two options
+    "C, Forest", "C Forest", "C (Forest)", "C - Forest", "C, D", "C or D", "C/D",
+    "C or maybe D",
 ])
 def test_pick_unparseable(raw: str) -> None:
     assert pick(raw, CHOICES) is None
@@ -278,6 +289,28 @@ def test_score_mc_bad_ground_truth_names_the_question() -> None:
         score_mc(mc(choices=None), "C", OPTS)
 
 
+@pytest.mark.parametrize("raw, gt, want", [
+    ("C", "C", 1.0), ("c", "C", 1.0), ("C. Farm", "C", 1.0),
+    ("a", "A", 1.0), ("A", "A", 1.0),  # SQuAD drops "a" on both sides: option A is readable
+    ("(C)", "C", 0.0), ("(C)", "A", 1.0),  # "(" normalises to "", as "A" does
+    ("**C**", "A", 1.0), (" C", "C", 0.0), ("<think>C</think>C", "A", 1.0),  # the raw reply
+    ("The answer is C", "C", 0.0), ("Farm", "C", 0.0),
+    ("B", "C", 0.0), ("", "A", 0.0),  # empty: the official script has no character to read
+])
+def test_lhrs_official_first_character_rule(raw: str, gt: str, want: float) -> None:
+    s = score_mc(mc(answer=gt), raw, ScoreOptions(views=frozenset({"lhrs_official"})))
+    assert s.view("lhrs_official") == want
+    assert lhrs_official(raw, gt) is bool(want)
+
+
+def test_lhrs_official_view_only_where_declared() -> None:
+    assert score_mc(mc(), "C", OPTS).views == ()
+    s = score_mc(mc(), "Farm", ScoreOptions(views=frozenset({"lhrs_official"})))
+    assert (s.correct, s.view("lhrs_official")) == (True, 0.0)  # the headline reads the text
+    s = score_mc(mc(), "I cannot tell.", ScoreOptions(views=frozenset({"lhrs_official"})))
+    assert (s.parsed, s.views) == (False, (("lhrs_official", 0.0),))
+
+
 # --------------------------------------------------------------------------- boxes
 
 @pytest.mark.parametrize("raw, want", [
@@ -290,8 +323,19 @@ def test_score_mc_bad_ground_truth_names_the_question() -> None:
     ("The ship is at { <25> <40> <33> <60> }.", (25, 40, 33, 60)),
     ("<25><40><33><60>", (25, 40, 33, 60)),  # braces optional
     ("{<25><40><33><60>} or [1, 2, 3, 4]", (25, 40, 33, 60)),  # the first box in the text
-    ("[330, 600, 250, 400]", (250, 400, 330, 600)),  # reversed corners are reordered
-    ("[330, 400, 250, 600]", (250, 400, 330, 600)),
+    # corners as written: reversed corners are not reordered (score_ref gives them IoU 0)
+    ("[330, 600, 250, 400]", (330, 600, 250, 400)),
+    ("[330, 400, 250, 600]", (330, 400, 250, 600)),
+    ("{<25><40><33><60>|<45>}", (25, 40, 33, 60)),  # GeoChat's rotated box: angle ignored
+    ("<|box_start|>(250,400),(330,600)<|box_end|>", (250, 400, 330, 600)),  # Qwen2-VL
+    (("<|object_ref_start|>the ship<|object_ref_end|><|box_start|>(250,400),(330,600)"
+      "<|box_end|>"), (250, 400, 330, 600)),
+    ("the ship(250, 400), (330, 600)", (250, 400, 330, 600)),  # special tokens skipped
+    ("[0.25, 0.4, 0.33, 0.6]", (0.25, 0.4, 0.33, 0.6)),  # fractions: converted by score_ref
+    ("x1=250, y1=400, x2=330, y2=600", (250, 400, 330, 600)),
+    ('{"y1": 400, "x1": 250, "y2": 600, "x2": 330}', (250, 400, 330, 600)),  # any order
+    ("xmin: 250, ymin: 400, xmax: 330, ymax: 600", (250, 400, 330, 600)),
+    ("left=250 top=400 right=330 bottom=600", (250, 400, 330, 600)),
 ])
 def test_parse_box(raw: str, want: tuple[float, ...]) -> None:
     assert parse_box(raw) == tuple(float(v) for v in want)
@@ -299,7 +343,7 @@ def test_parse_box(raw: str, want: tuple[float, ...]) -> None:
 
 @pytest.mark.parametrize("raw", [
     "Yes", "", "25, 40, 33, 60", "[25, 40, 33]", "<think>[1, 2, 3, 4]</think>no box",
-    "(25, 40, 33, 60)",
+    "(25, 40, 33, 60)", "x1=250, y1=400, x2=330",  # three named corners are not a box
 ])
 def test_parse_box_unparseable(raw: str) -> None:
     assert parse_box(raw) is None
@@ -386,6 +430,39 @@ def test_score_ref_pixel_grid_uses_the_size_the_model_saw() -> None:
     assert s.correct and s.view("iou") == pytest.approx(1.0)
     with pytest.raises(ValueError, match="pixels needs"):
         score_ref(ref(), "[128, 204.8, 168.96, 307.2]", ScoreOptions(box_grid="pixels"))
+
+
+def test_score_ref_reversed_corners_are_a_miss_as_officially() -> None:
+    # lx709/VRSBench computeIoU: a box reversed by a unit has no positive intersection width
+    for raw in ("{<33><60><25><40>}", "{<33><40><25><60>}", "{<25><60><33><40>}"):
+        s = score_ref(ref(), raw, ScoreOptions(box_grid="100"))
+        assert (s.parsed, s.correct, s.view("iou")) == (True, False, 0.0)
+        assert s.view("iou_reordered") is None  # the lenient view only where declared
+    lenient = ScoreOptions(box_grid="100", views=frozenset({"reordered"}))
+    s = score_ref(ref(), "{<33><60><25><40>}", lenient)
+    assert (s.correct, s.view("iou"), s.view("iou_reordered"), s.view("acc@0.5_reordered")) == \
+        (False, 0.0, 1.0, 1.0)
+    s = score_ref(ref(), "Yes", lenient)
+    assert (s.view("iou_reordered"), s.view("acc@0.5_reordered")) == (0.0, 0.0)
+
+
+def test_score_ref_fractions_are_read_as_fractions_of_the_image() -> None:
+    for grid in ("1000", "100"):
+        s = score_ref(ref(), "[0.25, 0.40, 0.33, 0.60]", ScoreOptions(box_grid=grid))
+        assert (s.correct, s.extracted) == (True, "25,40,33,60")
+    s = score_ref(ref(), "[0.25, 0.40, 0.33, 0.60]", ScoreOptions(box_grid="pixels"))
+    assert s.correct  # no image size needed: fractions are of the image
+    # integers in [0, 1] are read on the grid: a box in the top-left corner
+    s = score_ref(ref(), "[0, 0, 1, 1]", ScoreOptions(box_grid="100"))
+    assert s.parsed and s.extracted == "0,0,1,1" and not s.correct
+
+
+def test_score_ref_qwen2vl_and_named_corners_on_the_1000_grid() -> None:
+    opts = ScoreOptions(box_grid="1000")
+    for raw in ("<|box_start|>(250,400),(330,600)<|box_end|>", "(250,400),(330,600)",
+                "x1=250, y1=400, x2=330, y2=600", '{"x1": 250, "y1": 400, "x2": 330, "y2": 600}'):
+        s = score_ref(ref(), raw, opts)
+        assert (s.correct, s.extracted, s.view("iou")) == (True, "25,40,33,60", 1.0), raw
 
 
 def test_score_ref_unparseable_is_a_counted_miss() -> None:

@@ -306,3 +306,22 @@ def test_answer_letter(raw: str, letter: str) -> None:
 )
 def test_parse_types(raw: object, names: tuple[str, ...]) -> None:
     assert lhrs.parse_types(raw) == names
+
+
+def test_the_benchmark_declares_lhrs_bots_scorer_as_a_labelled_view() -> None:
+    bench = get("lhrs")
+    assert bench.score_views == frozenset({"lhrs_official"})
+    label = bench.labels.view("lhrs_official")
+    assert label.title.startswith("lhrs_official: LHRS-Bot's scorer")
+    assert "first character" in label.label
+
+
+def test_loaded_questions_score_under_lhrs_bots_rule(tmp_path: Path) -> None:
+    from pytest_satbench.core.scoring import ScoreOptions, score
+
+    write_lhrs_parquet(tmp_path)
+    opts = ScoreOptions(views=get("lhrs").score_views)
+    for q in load(tmp_path):
+        # the loader's answer is the bare letter, which the official rule compares with
+        assert score(q, q.answer, opts).view("lhrs_official") == 1.0
+        assert score(q, f"The answer is {q.answer}.", opts).view("lhrs_official") == 0.0
