@@ -8,6 +8,14 @@ Correctness is never read from a stored row: every raw answer is scored again wi
 scorer, so a scorer fix changes the numbers of old runs too. An error row counts as wrong
 and, for the per-question views (IoU, binned, official), gets the value an empty answer
 gets (0): it stays in every denominator.
+
+Besides the per-type statistics and the per-question views, every figure the benchmark
+declares (`Labels.figures`: the headline overall and average accuracy, computed as its
+protocol says, and the further figures its papers publish) is computed here with
+`stats.summarize_aggregate`, and `aggregate_views` pairs each with its label, so a figure and
+the sentence saying what it is travel together to the terminal, summary.json, per_type.csv
+and report.md. A loader's notes on how it read some questions (`labels.NOTE`) are counted
+into `BenchmarkResult.notes`.
 """
 
 from __future__ import annotations
@@ -20,17 +28,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_satbench.core import arms as A
-from pytest_satbench.core.labels import Labels
+from pytest_satbench.core.labels import AVERAGE, OVERALL, OVERALL_ONLY, Aggregate, Labels, notes
 from pytest_satbench.core.prompts import DEFAULT_STYLE, default_box_grid
 from pytest_satbench.core.question import ImageRef, Question, chance
 from pytest_satbench.core.records import AnswerRow, ServerTraffic
 from pytest_satbench.core.scoring import Score, ScoreOptions, score
 from pytest_satbench.core.stats import (
+    AggregateStats,
     ArmOutcome,
     BenchmarkStats,
+    FigureInput,
     QuestionRecord,
     ViewStats,
     summarize,
+    summarize_aggregate,
     summarize_view,
 )
 
@@ -127,6 +138,12 @@ class BenchmarkResult:
     score_options: ScoreOptions
     labels: Labels
     noise_floor: NoiseFloor | None
+    figures: dict[str, AggregateStats] = field(default_factory=dict)  # by figure name, headline first
+    notes: list[str] = field(default_factory=list)  # the loader's notes, counted
+
+    def declared_figures(self) -> tuple[Aggregate, ...]:
+        """The benchmark's figures with their labels, headline first (`Labels.figures`)."""
+        return self.labels.figures(len(self.stats.by_type))
 
 
 # --------------------------------------------------------------------------- questions
@@ -199,10 +216,17 @@ def benchmark_results(
     stats = summarize(records, iterations=iterations, seed=seed)
     names = sorted({n for r in records for v in r.views.values() for n in v})
     views = {n: summarize_view(records, n, iterations=iterations, seed=seed) for n in names}
+    shared = FigureInput(records)
+    figures = {
+        agg.name: summarize_aggregate(records, weighting=agg.weighting, types=agg.types, verdict=agg.verdict,
+                                      iterations=iterations, seed=seed, prepared=shared)
+        for agg in labels.figures(len(stats.by_type))
+    }
     return BenchmarkResult(
         benchmark=benchmark, run_id=run_id, tag=tag, protocol=protocol, items=items, stats=stats,
         views=views, usage=usage_of(items, list(stats.arms), run_id, traffic or {}),
         score_options=options, labels=labels, noise_floor=noise_floor(items),
+        figures=figures, notes=notes(it.question for it in items),
     )
 
 
@@ -231,7 +255,8 @@ def _score_question(
             v = dict(empty_views)
         if v:
             views[arm] = v
-    types = tuple(dict.fromkeys(reported_type(t) for t in q.types)) or ("all",)
+    # a raw type reported as OVERALL_ONLY counts in the overall figures only
+    types = tuple(dict.fromkeys(t for t in map(reported_type, q.types) if t != OVERALL_ONLY)) if q.types else ("all",)
     ch = chance(q)
     return (QuestionResult(nodeid, q, types, rows, scores, ch),
             QuestionRecord(q.key, q.image.id, types, outcomes, ch, views))
@@ -314,13 +339,40 @@ def usage_of(items: list[QuestionResult], arms: list[str], run_id: str,
 # --------------------------------------------------------------------------- headline views
 
 def aggregate_views(result: BenchmarkResult) -> dict[str, Any]:
-    """The benchmark's own headline numbers, labelled with the names its paper uses."""
-    st = result.stats
-    labels = result.labels
-    out: dict[str, Any] = {
-        "overall_accuracy": {"label": labels.overall, "per_arm": st.overall_accuracy},
-        "average_accuracy": {"label": labels.average.format(types=len(st.by_type)), "per_arm": st.average_accuracy},
-    }
+    """The benchmark's own numbers, labelled with what they are: the headline figures
+    (`overall_accuracy`, `average_accuracy`, computed as the benchmark's protocol says), each
+    per-question view (`view:<name>`), and each further figure (`aggregate:<name>`). A figure
+    has its label, its weighting, covered types and per-type verdicts, `per_arm` (the value,
+    a fraction), `accuracy` per arm {n, value, ci_low, ci_high}, `paired` per reconstruction
+    arm {n_pairs, delta, ci_low, ci_high} (points) and its parts `by_type`."""
+    out: dict[str, Any] = {}
+    for agg in result.declared_figures():
+        if agg.name in (OVERALL, AVERAGE):
+            out[agg.name] = figure_entry(agg, result.figures[agg.name])
     for name, vs in sorted(result.views.items()):
-        out[f"view:{name}"] = {"label": labels.view(name).label, **vs.to_dict()}
+        out[f"view:{name}"] = {"label": result.labels.view(name).label, **vs.to_dict()}
+    for agg in result.labels.aggregates:
+        out[f"aggregate:{agg.name}"] = figure_entry(agg, result.figures[agg.name])
     return out
+
+
+def figure_key(agg: Aggregate) -> str:
+    """A figure's key in `aggregate_views` and per_type.csv's `type` column."""
+    return agg.name if agg.name in (OVERALL, AVERAGE) else f"aggregate:{agg.name}"
+
+
+def figure_entry(agg: Aggregate, fs: AggregateStats) -> dict[str, Any]:
+    d = fs.to_dict()
+    return {
+        "label": agg.label,
+        "weighting": agg.weighting,
+        "types": d["types"],
+        "verdicts": agg.describe_verdicts(fs.types),
+        "per_arm": {arm: a["value"] for arm, a in d["accuracy"].items()},
+        "n": d["n"],
+        "n_images": d["n_images"],
+        "accuracy": d["accuracy"],
+        "paired": d["paired"],
+        "by_type": {t: {arm: {"n": v["n"], "value": v["mean"]} for arm, v in per.items()}
+                    for t, per in d["by_type"].items()},
+    }

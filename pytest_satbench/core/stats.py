@@ -69,6 +69,19 @@ and type (e.g. "binned" count accuracy, "acc@0.7" for grounding), with the same 
 interval. A view's mean covers only the questions whose record carries that view for the
 arm; the report code decides what value an error gets (normally 0) when it fills views.
 `group_by` splits records by any key (e.g. uniqueness) so each part can be summarised.
+
+Figures (`summarize_aggregate`): one number per arm over some question types, each
+question credited by its type's verdict (the headline `correct`, or a per-question view such
+as RSVQA's count classes), weighted by questions (an overall accuracy: credited / questions,
+each question once) or by types (the unweighted mean of the covered types' accuracies, each
+type over its own questions; types an arm has no question of are left out of its mean). The
+interval is the same clustered bootstrap: the images that have a covered question are
+resampled, with the fresh generator seeded with ``seed``, and the figure recomputed on each
+resample (for a mean of types, a resample that happens to draw no question of some type
+averages over the types it has). A question-weighted figure over every type with the
+headline verdict is therefore exactly the overall accuracy and its interval. The paired delta
+(percentage points, recon minus reference) is the same figure computed on the per-question
+difference over the questions both arms have, with its interval from the same resamples.
 """
 
 from __future__ import annotations
@@ -92,11 +105,16 @@ __all__ = [
     "GroupStats",
     "BenchmarkStats",
     "ViewStats",
+    "AggregateStat",
+    "AggregatePaired",
+    "AggregateStats",
     "cluster_bootstrap_ci",
     "paired_delta_ci",
     "mcnemar_exact",
     "summarize",
     "summarize_view",
+    "summarize_aggregate",
+    "FigureInput",
     "group_by",
 ]
 
@@ -236,6 +254,45 @@ class ViewStats:
     view: str
     overall: dict[str, ViewStat]
     by_type: dict[str, dict[str, ViewStat]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+
+@dataclass(frozen=True)
+class AggregateStat:
+    """One figure for one arm: `value` is a fraction; n = questions it covers for the arm."""
+
+    n: int
+    value: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class AggregatePaired:
+    """The figure recomputed on the per-question difference recon - reference (points)."""
+
+    arm: str
+    reference: str
+    n_pairs: int
+    delta: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class AggregateStats:
+    """A figure per arm with its interval and paired delta, and its parts per type."""
+
+    weighting: str  # "questions" | "types"
+    types: tuple[str, ...]  # the covered types that have questions
+    verdicts: dict[str, str | None]  # type -> view that decides it (None: the headline verdict)
+    n: int  # distinct questions covered
+    n_images: int
+    accuracy: dict[str, AggregateStat]
+    paired: dict[str, AggregatePaired]
+    by_type: dict[str, dict[str, ViewStat]]  # per covered type and arm: n, mean credit (no interval)
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(self)
@@ -652,6 +709,174 @@ def summarize_view(
         view=view,
         overall=group(np.arange(len(records), dtype=np.intp)),
         by_type={t: group(ix) for t, ix in type_idx.items()},
+    )
+
+
+class FigureInput:
+    """What every figure of one benchmark reads, computed once and shared: the records'
+    image codes and type index, the arms, and per (arm, view) the per-question credit
+    (`summarize_aggregate(..., prepared=FigureInput(records))`)."""
+
+    def __init__(self, records: Sequence[QuestionRecord], reference_arm: str = ORIG, blind_arm: str = BLIND) -> None:
+        self.records = records
+        self.codes, self.type_idx = _index(records)
+        self.arms = _order_arms((a for r in records for a in r.arms), reference_arm, blind_arm)
+        self._credit: dict[tuple[str, str | None], np.ndarray] = {}
+
+    def credit(self, arm: str, view: str | None) -> np.ndarray:
+        """What each record earns for `arm` under `view` (None: the headline verdict); NaN
+        where the arm has no outcome. An absent view value counts 0, as an empty answer does."""
+        got = self._credit.get((arm, view))
+        if got is None:
+            records = self.records
+            outs = [r.arms.get(arm) for r in records]
+            if view is None:
+                it = (math.nan if o is None else float(o.correct) for o in outs)
+            else:
+                it = (math.nan if o is None else float(r.views.get(arm, {}).get(view, 0.0))
+                      for o, r in zip(outs, records))
+            got = self._credit[arm, view] = np.fromiter(it, dtype=np.float64, count=len(records))
+        return got
+
+
+def summarize_aggregate(
+    records: Sequence[QuestionRecord],
+    *,
+    weighting: str,
+    types: Sequence[str] = (),
+    verdict: Callable[[str], str | None] = lambda qtype: None,
+    reference_arm: str = ORIG,
+    blind_arm: str = BLIND,
+    iterations: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+    prepared: FigureInput | None = None,
+) -> AggregateStats:
+    """One figure (see the module docstring): over `types` (empty: every type), each type
+    decided by the view `verdict(type)` (None: the headline verdict), weighted by
+    "questions" or by "types". `prepared`: `FigureInput(records)` of these same records,
+    shared by the figures of one benchmark so the per-question work is done once."""
+    _check_level(level, iterations)
+    if weighting not in ("questions", "types"):
+        raise ValueError(f"weighting must be 'questions' or 'types', got {weighting!r}")
+    inp = prepared if prepared is not None else FigureInput(records, reference_arm, blind_arm)
+    records = inp.records
+    codes_all, type_idx, arms = inp.codes, inp.type_idx, inp.arms
+    covered = [t for t in (dict.fromkeys(types) if types else type_idx) if t in type_idx]
+    views = {t: verdict(t) for t in covered}
+    pairs = [a for a in arms if a not in (reference_arm, blind_arm)] if reference_arm in arms else []
+    n_all = len(records)
+
+    in_type = {t: np.zeros(n_all, dtype=bool) for t in covered}
+    for t in covered:
+        in_type[t][type_idx[t]] = True
+    # a question-weighted figure over every type covers every question, those without a
+    # type too (they count in the overall figure and in no type's); else the questions of
+    # the covered types
+    everything = weighting == "questions" and not types
+    covered_mask = np.ones(n_all, dtype=bool) if everything else np.zeros(n_all, dtype=bool)
+    for t in covered:
+        covered_mask |= in_type[t]
+    rows = np.flatnonzero(covered_mask)
+    member = {t: in_type[t][rows] for t in covered}
+
+    # the parts a figure is made of: the whole ("questions", each question decided by the
+    # first covered type it has; a question without a type by verdict("")) or each type
+    order = {t: k for k, t in enumerate(covered)}
+    deciders = [*covered, ""]
+    decider = np.full(rows.size, len(covered), dtype=np.intp)
+    if weighting == "questions":
+        for j, i in enumerate(rows.tolist()):
+            decider[j] = next((order[t] for t in records[i].types if t in order), len(covered))
+    decider_views = {k: (views[t] if t else verdict("")) for k, t in enumerate(deciders)}
+    needed = set(views.values()) | ({decider_views[len(covered)]} if weighting == "questions" else set())
+    base = {(arm, v): inp.credit(arm, v)[rows] for arm in arms for v in needed}
+    parts: dict[str, dict[str, np.ndarray]] = {}  # part -> arm -> credit (NaN: not in it)
+    if weighting == "questions":
+        parts[""] = {}
+        for arm in arms:
+            x = np.full(rows.size, math.nan)
+            for k, v in decider_views.items():
+                m = decider == k
+                x[m] = base[arm, v][m]
+            parts[""][arm] = x
+    else:
+        for t in covered:
+            parts[t] = {arm: np.where(member[t], base[arm, views[t]], math.nan) for arm in arms}
+
+    cols: list[np.ndarray] = []
+    slot: dict[tuple[str, str, str], int] = {}  # (kind, part, arm) -> numerator column
+    for part, by_arm in parts.items():
+        for arm in arms:
+            x = by_arm[arm]
+            has = ~np.isnan(x)
+            slot["acc", part, arm] = len(cols)
+            cols += [np.where(has, x, 0.0), has.astype(np.float64)]
+        for arm in pairs:
+            a, b = by_arm[reference_arm], by_arm[arm]
+            both = ~np.isnan(a) & ~np.isnan(b)
+            slot["pair", part, arm] = len(cols)
+            cols += [np.where(both, b - a, 0.0), both.astype(np.float64)]
+    codes, n_clusters = _cluster_codes(codes_all[rows]) if rows.size else (rows, 0)
+    matrix = np.stack(cols, axis=1) if cols and rows.size else np.zeros((rows.size, len(cols)))
+    boot = _bootstrap_columns(matrix, codes, n_clusters, iterations, seed) if rows.size and cols else None
+    totals = matrix.sum(axis=0)
+
+    def figure(kind: str, arm: str, sums: np.ndarray) -> np.ndarray:
+        """The figure from column sums: one row (the point estimate) or every resample."""
+        ratios = []
+        for part in parts:
+            j = slot[kind, part, arm]
+            num, den = sums[..., j], sums[..., j + 1]
+            ratios.append(np.divide(num, den, out=np.full(np.shape(num), math.nan), where=den > 0))
+        stacked = np.stack(ratios, axis=-1)
+        defined = ~np.isnan(stacked)
+        count = defined.sum(axis=-1)
+        total = np.where(defined, stacked, 0.0).sum(axis=-1)
+        return np.divide(total, count, out=np.full(np.shape(total), math.nan), where=count > 0)
+
+    def interval(kind: str, arm: str, scale: float) -> tuple[float, float]:
+        if boot is None:
+            return (math.nan, math.nan)
+        values = figure(kind, arm, boot)
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            return (math.nan, math.nan)
+        alpha = (1.0 - level) / 2.0
+        lo, hi = np.quantile(values, [alpha, 1.0 - alpha])
+        return (float(lo) * scale, float(hi) * scale)
+
+    accuracy: dict[str, AggregateStat] = {}
+    by_type: dict[str, dict[str, ViewStat]] = {t: {} for t in covered}
+    for arm in arms:
+        present = np.zeros(rows.size, dtype=bool)
+        for by_arm in parts.values():
+            present |= ~np.isnan(by_arm[arm])
+        if not present.any():
+            continue
+        lo, hi = interval("acc", arm, 1.0)
+        accuracy[arm] = AggregateStat(n=int(present.sum()), value=float(figure("acc", arm, totals)),
+                                      ci_low=lo, ci_high=hi)
+        for t in covered:
+            # a type's part: its questions' credit under its own verdict
+            x = base[arm, views[t]][member[t]]
+            x = x[~np.isnan(x)]
+            if x.size:
+                by_type[t][arm] = ViewStat(n=int(x.size), mean=float(x.mean()), ci_low=math.nan, ci_high=math.nan)
+
+    paired: dict[str, AggregatePaired] = {}
+    for arm in pairs:
+        both = np.zeros(rows.size, dtype=bool)
+        for by_arm in parts.values():
+            both |= ~np.isnan(by_arm[reference_arm]) & ~np.isnan(by_arm[arm])
+        if not both.any():
+            continue
+        lo, hi = interval("pair", arm, 100.0)
+        paired[arm] = AggregatePaired(arm=arm, reference=reference_arm, n_pairs=int(both.sum()),
+                                      delta=100.0 * float(figure("pair", arm, totals)), ci_low=lo, ci_high=hi)
+    return AggregateStats(
+        weighting=weighting, types=tuple(covered), verdicts=views, n=int(rows.size), n_images=n_clusters,
+        accuracy=accuracy, paired=paired, by_type=by_type,
     )
 
 

@@ -1,8 +1,11 @@
 """A benchmark's results as fixed-width text: the terminal summary (and report.md's copy).
 
-It stays within 80 columns: one table of accuracy per arm, then one paired table per
-reconstruction arm with the delta, its clustered-bootstrap interval, regressed/improved
-counts and McNemar's p, then the benchmark's own views and the noise floor.
+It stays within 80 columns: one table of accuracy per arm (titled with what its verdict
+is), then one paired table per reconstruction arm with the delta, its clustered-bootstrap
+interval, regressed/improved counts and McNemar's p, then the benchmark's figures (its
+headline as its protocol computes it, and the figures its papers publish, each under its
+label, per arm with interval and paired delta), its per-question views, the loader's notes
+and the noise floor.
 """
 
 from __future__ import annotations
@@ -10,15 +13,20 @@ from __future__ import annotations
 from pytest_satbench.core import arms as A
 from pytest_satbench.core import formatting as F
 from pytest_satbench.core.results import BenchmarkResult
-from pytest_satbench.core.stats import BenchmarkStats
+from pytest_satbench.core.stats import AggregateStats, BenchmarkStats
 
 _NO_INTERVAL = "[   -    ]"  # as wide as a typical interval, so the columns stay aligned
 
 
 def render(result: BenchmarkResult, width: int = 80) -> list[str]:
     """Every line the terminal shows for one benchmark."""
-    lines = render_stats(result.stats, width)
+    lines = F.prose(result.labels.table, width) + render_stats(result.stats, width)
+    lines += render_figures(result, width)
     lines += render_views(result, width)
+    if result.notes:
+        lines.append("")
+        for note in result.notes:
+            lines += F.prose(f"loading: {note}", width)
     floor = result.noise_floor
     if floor is not None:
         lines += F.prose(
@@ -60,9 +68,9 @@ def render_stats(st: BenchmarkStats, width: int = 80) -> list[str]:
     if A.ORIG in st.overall.accuracy:
         o = st.overall.accuracy[A.ORIG]
         lines += F.prose(
-            f"orig: overall accuracy {100 * o.accuracy:.1f}% "
+            f"orig (the table's verdict): overall {100 * o.accuracy:.1f}% "
             f"(95% CI {_cell(o.ci_low)}-{_cell(o.ci_high)}, clustered by image, "
-            f"{st.overall.n_images} images); average accuracy (mean of types) "
+            f"{st.overall.n_images} images); mean of the {len(st.by_type)} types "
             f"{100 * st.average_accuracy.get(A.ORIG, float('nan')):.1f}%", width
         )
 
@@ -84,6 +92,39 @@ def render_stats(st: BenchmarkStats, width: int = 80) -> list[str]:
                 f"{ci if ci != F.MISSING else _NO_INTERVAL:<14}{pair.regressed:>5}{pair.improved:>5}  "
                 f"{F.p_value(pair.mcnemar_p):<6}{pair.n_errors:>5}"
             )
+    return lines
+
+
+def render_figures(result: BenchmarkResult, width: int = 80) -> list[str]:
+    """The benchmark's figures that the terminal shows (`Aggregate.terminal`), when the
+    benchmark declares a protocol (otherwise the headline is the table's own overall row and
+    mean of types, already shown): per figure its label, then per arm n, the value, its
+    interval and, for reconstruction arms, the paired delta and its interval."""
+    if not result.labels.declares_protocol:
+        return []
+    shown = [a for a in result.declared_figures() if a.terminal and a.name in result.figures]
+    if not shown:
+        return []
+    arms = list(result.stats.arms)
+    labels, _ = A.arm_labels(arms)
+    aw = max(6, min(max(len(labels[a]) for a in arms), 16)) + 1
+    lines = [""]
+    lines += F.prose("benchmark figures (%): the headline as the benchmark's protocol computes it, "
+                     "then the published views; 95% CI clustered by image, delta vs orig in points", width)
+    for agg in shown:
+        fs: AggregateStats = result.figures[agg.name]
+        lines += F.prose(agg.label, width)
+        lines.append(f"  {'arm':<{aw}}{'n':>7}{'value':>7}  {'95% CI':<12}{'delta':>7} 95% CI")
+        for arm in arms:
+            a = fs.accuracy.get(arm)
+            if a is None:
+                continue
+            ci = F.percent_interval(a.ci_low, a.ci_high)
+            row = f"  {labels[arm][:aw - 1]:<{aw}}{a.n:>7}{_cell(a.value):>7}  {ci:<12}"
+            p = fs.paired.get(arm)
+            if p is not None:
+                row += f"{F.points(p.delta):>7} {F.points_interval(p.ci_low, p.ci_high):<14}"
+            lines.append(row.rstrip())
     return lines
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_satbench.core import arms as A
 from pytest_satbench.core import formatting as F
-from pytest_satbench.core.results import BenchmarkResult, ServerUsage, aggregate_views
+from pytest_satbench.core.results import BenchmarkResult, ServerUsage, aggregate_views, figure_key
 from pytest_satbench.core.stats import GroupStats
 from pytest_satbench.core.text_summary import render_stats
 from pytest_satbench.report import plots
@@ -105,6 +105,7 @@ def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Ma
     doc.add(*_accuracy(data, labels))
     for arm in st.recon_arms:
         doc.add(*_paired(data, arm, labels))
+    doc.add(*_figures(data, labels))
     doc.add(*_views(data, labels))
     doc.add(*_tokens(data))
     doc.add(*_noise_floor(data))
@@ -165,7 +166,8 @@ def _accuracy(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
     out: list[Block] = [
         Heading(2, rich(heading)),
         Figure(plots.accuracy_bars(st, f"{data.benchmark}: accuracy per type and arm (whiskers: 95% CI)", dict(labels))),
-        Paragraph(rich("Accuracy, 95% interval in brackets; 'random' is the uniform-random reference where it is defined.")),
+        Paragraph(rich(f"{data.labels.table}: accuracy, 95% interval in brackets; 'random' is the uniform-random "
+                       "reference where it is defined.")),
     ]
     rows = []
     for label, g in _groups(data):
@@ -222,13 +224,54 @@ def _paired(data: BenchmarkResult, arm: str, labels: Mapping[str, str]) -> list[
             Table(columns, tuple(rows))]
 
 
+def _figures(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
+    """Every figure of the benchmark (headline first): per arm its value with the interval
+    and, per reconstruction arm, its paired delta; then what each is made of, per type."""
+    arms = list(data.stats.arms)
+    recon = list(data.stats.recon_arms)
+    rows: list[tuple[Cell, ...]] = []
+    parts: list[tuple[Cell, ...]] = []
+    for agg in data.declared_figures():
+        fs = data.figures[agg.name]
+        key = figure_key(agg)
+        values = [cell(_accuracy_with_interval(fs.accuracy[a].value, fs.accuracy[a].ci_low, fs.accuracy[a].ci_high)
+                       if a in fs.accuracy else F.MISSING) for a in arms]
+        deltas = [cell(f"{F.points(fs.paired[a].delta)} {F.points_interval(fs.paired[a].ci_low, fs.paired[a].ci_high)}"
+                       if a in fs.paired else F.MISSING) for a in recon]
+        rows.append((cell(agg.label), cell(Code(key)), cell(str(fs.n)), *values, *deltas))
+        verdicts = agg.describe_verdicts(fs.types)
+        for t in fs.types:
+            per = fs.by_type.get(t, {})
+            parts.append((cell(Code(key)), cell(t), cell(verdicts[t]), *(
+                cell(f"{_percent(per[a].mean)} of {per[a].n}" if a in per else F.MISSING) for a in arms)))
+    columns = (_text("figure"), _text("key"), _num("n"), *(_num(Code(labels[a])) for a in arms),
+               *(_text(rich("delta ", Code(labels[a]))) for a in recon))
+    out: list[Block] = [
+        Heading(2, rich("The benchmark's figures")),
+        Paragraph(rich(
+            "The headline first, as the benchmark's protocol computes it, then the views its papers publish; "
+            "each label says whose convention it is and what it counts. Value with its 95% interval (clustered "
+            "by image) in brackets; delta = the same figure on the per-question difference from ", Code(A.ORIG),
+            ", in points, with its interval; n = the questions the figure covers. ", Code("key"),
+            " is the figure's name in summary.json (", Code("aggregate_views"), ") and per_type.csv.")),
+        Table(columns, tuple(rows)),
+    ]
+    if data.labels.declares_protocol:
+        out += [
+            Paragraph(rich("What each figure is made of: per covered type, the verdict that decides it "
+                           "(exact match, or a per-question view) and each arm's share right.")),
+            Table((_text("key"), _text("type"), _text("verdict"), *(_num(Code(labels[a])) for a in arms)),
+                  tuple(parts)),
+        ]
+    if data.notes:
+        out.append(Paragraph(rich("Loading: ", "; ".join(data.notes), ".")))
+    return out
+
+
 def _views(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
     arms = list(data.stats.arms)
     agg = aggregate_views(data)
     rows: list[tuple[Cell, ...]] = []
-    for name in ("overall_accuracy", "average_accuracy"):
-        per_arm = agg[name]["per_arm"]
-        rows.append((cell(agg[name]["label"]), *(cell(_percent(per_arm.get(a))) for a in arms)))
     for name, vs in data.views.items():
         label = agg[f"view:{name}"]["label"]
         rows.append((cell(f"{label}, overall"), *(
@@ -238,7 +281,9 @@ def _views(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
             if not per:  # no question of this type carries the view
                 continue
             rows.append((cell(f"{label}, {t}"), *(cell(_percent(per[a].mean) if a in per else F.MISSING) for a in arms)))
-    return [Heading(2, rich("The benchmark's own aggregate views")),
+    if not rows:
+        return []
+    return [Heading(2, rich("The benchmark's per-question views")),
             Table((_text("view"), *(_num(Code(labels[a])) for a in arms)), tuple(rows))]
 
 

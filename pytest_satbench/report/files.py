@@ -15,14 +15,14 @@ from typing import Any
 
 from pytest_satbench import __version__
 from pytest_satbench.core.redact import redact
-from pytest_satbench.core.results import BenchmarkResult, aggregate_views
+from pytest_satbench.core.results import BenchmarkResult, aggregate_views, figure_key
 from pytest_satbench.report.gallery import Entry
 
 ACC_FIELDS = ("n", "correct", "accuracy", "ci_low", "ci_high", "errors", "truncated", "unparseable", "parsed", "coverage", "missing")
 CSV_HEADER = (
     ["type", "arm", "n_images"] + list(ACC_FIELDS) + ["chance"]
     + ["delta_pp", "delta_ci_low_pp", "delta_ci_high_pp", "n_pairs", "regressed", "improved", "mcnemar_p", "pair_errors", "delta_both_ok_pp"]
-    + ["mean_image_tokens"]
+    + ["mean_image_tokens", "label"]
 )
 
 
@@ -57,6 +57,7 @@ def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gall
         "arms": list(st.arms),
         "statistics": st.to_dict(),
         "aggregate_views": aggregate_views(data),
+        "notes": list(data.notes),
         "usage": asdict(data.usage),
         "noise_floor": data.noise_floor.to_dict() if data.noise_floor else None,
         "gates": gates if gates else [],
@@ -82,8 +83,22 @@ def write_per_type_csv(path: Path, data: BenchmarkResult) -> None:
                 p = g.paired.get(arm)
                 pair = [p.delta, p.ci_low, p.ci_high, p.n_pairs, p.regressed, p.improved, p.mcnemar_p, p.n_errors, p.delta_both_ok] if p else [""] * 9
                 chance = g.chance.accuracy if g.chance.n_defined else None
-                row = [label, arm, g.n_images] + [getattr(a, f) for f in ACC_FIELDS] + [chance] + pair + [data.usage.image_tokens.get(arm)]
+                row = [label, arm, g.n_images] + [getattr(a, f) for f in ACC_FIELDS] + [chance] + pair + [data.usage.image_tokens.get(arm), ""]
                 w.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
+        # the benchmark's figures when it declares a protocol (else its headline is the
+        # overall row above and the mean of types): type = the figure's key, with its label
+        if data.labels.declares_protocol:
+            for agg in data.declared_figures():
+                fs = data.figures[agg.name]
+                for arm in st.arms:
+                    a = fs.accuracy.get(arm)
+                    if a is None:
+                        continue
+                    p = fs.paired.get(arm)
+                    acc = {"n": a.n, "accuracy": a.value, "ci_low": a.ci_low, "ci_high": a.ci_high}
+                    pair = [p.delta, p.ci_low, p.ci_high, p.n_pairs] + [""] * 5 if p else [""] * 9
+                    row = [figure_key(agg), arm, fs.n_images] + [acc.get(f, "") for f in ACC_FIELDS] + [""] + pair + ["", agg.label]
+                    w.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
 
 
 def write_predictions(path: Path, data: BenchmarkResult) -> int:

@@ -126,3 +126,17 @@ def test_truncated_json(tmp_path: Path) -> None:
     w.files[1].write_text(w.files[1].read_text()[:-10])
     with pytest.raises(DatasetError, match=r"USGS_split_test_answers\.json: not valid JSON"):
         load(tmp_path, "rsvqa_hr")
+
+
+def test_each_split_declares_its_protocol_and_the_published_view() -> None:
+    """The headline is the original RSVQA protocol (LR counts and all areas in classes, HR
+    counts exact); the published view covers the types the field's papers report."""
+    lr, hr, phili = get("rsvqa_lr").labels, get("rsvqa_hr").labels, get("rsvqa_hr_phili").labels
+    assert lr.verdicts == (("count", "binned"),)
+    assert hr.verdicts == phili.verdicts == (("area", "binned"),)
+    published = {a.name: a for a in lr.aggregates}["published"]
+    assert (published.types, published.weighting) == (("presence", "comp", "rural_urban"), "questions")
+    assert "GeoChat's convention" in published.label and "count left out" in published.label
+    assert {a.name: a for a in hr.aggregates}["published"].types == ("presence", "comp")
+    assert lr.overall.startswith("RSVQA overall accuracy (OA), original protocol")
+    assert "count answers in the 5 RSVQA classes" in lr.overall and "counts exact" in hr.overall

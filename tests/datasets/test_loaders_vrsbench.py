@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_satbench.core.labels import NOTE, OVERALL_ONLY, notes
 from pytest_satbench.core.question import Question
 from pytest_satbench.datasets.registry import DatasetError, LoadRequest, get
+from pytest_satbench.datasets.vrsbench import NO_FLAG, OFF_GRID, RecordErrors
 from tests.datasets_fake import (
     VRSBENCH_REF_SAMPLES,
     VRSBENCH_VQA_SAMPLES,
@@ -155,10 +157,9 @@ def test_truncated_json(tmp_path: Path) -> None:
     ("vrsbench", 5, lambda r: r.pop("type"), "missing key 'type'"),
     ("vrsbench_ref", 3, lambda r: r.update(ground_truth="[1, 2, 3, 4]"),
      "ground_truth '[1, 2, 3, 4]' is not '{<x1><y1><x2><y2>}'"),
-    ("vrsbench_ref", 3, lambda r: r.update(ground_truth="{<250><400><330><600>}"),
-     "is not on the 0-100 grid"),
-    ("vrsbench_ref", 3, lambda r: r.pop("unique"), "('is_unique' or 'unique') is missing"),
-    ("vrsbench_ref", 3, lambda r: r.update(unique="maybe"), "is 'maybe'; expected true/false"),
+    ("vrsbench_ref", 3, lambda r: r.update(ground_truth="{<2.5><4><33><60>}"),
+     "ground_truth '{<2.5><4><33><60>}' is not '{<x1><y1><x2><y2>}'"),
+    ("vrsbench_ref", 3, lambda r: r.pop("question"), "missing key 'question'"),
     ("vrsbench_ref", 3, lambda r: r.update(question_id="a b"), "cannot be a pytest node id"),
     ("vrsbench", 5, lambda r: r.update(question_id="vrsbench_ref_5"),
      "contains the benchmark name"),
@@ -185,3 +186,78 @@ def test_duplicate_question_id(tmp_path: Path) -> None:
     edit(w.files[0], lambda d: d[4].update(question_id=1))
     with pytest.raises(DatasetError, match=r"question_id 1 appears more than once"):
         load(tmp_path, "vrsbench_ref")
+
+
+# --------------------------------------------------------------------------- referring: what loads anyway
+
+def test_ground_truth_off_the_grid_loads_as_the_official_scorer_reads_it(tmp_path: Path) -> None:
+    """The released boxes are not clipped (poly2hbb, then int(x * 100)): an object cut by the
+    patch border has <-2> or <103>. The official scorer reads digits only: <-2> is 2."""
+    w = write_vrsbench(tmp_path, vqa=False)
+    gts = {1: "{<-2><5><30><103>}", 5: "{<250><400><330><600>}"}
+    edit(w.files[0], lambda d: [d[i].update(ground_truth=gt) for i, gt in gts.items()])
+    qs = {q.key: q for q in load(tmp_path, "vrsbench_ref")}
+    assert len(qs) == len(w.extra["ref"])  # nothing rejected
+    assert qs["1"].answer == "{<2><5><30><103>}" and qs["5"].answer == "{<250><400><330><600>}"
+    assert qs["1"].get("ground_truth_raw") == "{<-2><5><30><103>}" and qs["1"].get(NOTE) == OFF_GRID
+    assert qs["1"].types == ("unique",) and qs["1"].get("unique") == "1"  # otherwise read as usual
+    assert qs["0"].get(NOTE) is None and qs["0"].get("ground_truth_raw") is None
+    assert notes(qs.values()) == [f"{OFF_GRID}: 2 questions"]
+
+
+@pytest.mark.parametrize("change", [lambda r: r.pop("unique"), lambda r: r.update(unique="maybe"),
+                                    lambda r: r.update(unique=None)])
+def test_record_without_a_uniqueness_flag_counts_in_all_only(tmp_path: Path, change) -> None:
+    w = write_vrsbench(tmp_path, vqa=False)
+    edit(w.files[0], lambda d: change(d[3]))
+    bench = get("vrsbench_ref")
+    qs = {q.key: q for q in load(tmp_path, "vrsbench_ref")}
+    assert len(qs) == len(w.extra["ref"])
+    q = qs["3"]
+    assert q.get("unique") is None and q.get(NOTE) == NO_FLAG
+    assert [bench.reported_type(t) for t in q.types] == [OVERALL_ONLY]  # in no type, in All
+    assert {bench.reported_type(t) for k, x in qs.items() if k != "3" for t in x.types} == {"unique", "non-unique"}
+    assert notes(qs.values()) == [f"{NO_FLAG}: 1 question"]
+
+
+def test_both_notes_on_one_record_count_in_both_lines(tmp_path: Path) -> None:
+    w = write_vrsbench(tmp_path, vqa=False)
+    edit(w.files[0], lambda d: (d[1].pop("unique"), d[1].update(ground_truth="{<-1><5><30><40>}"),
+                                d[2].update(ground_truth="{<3><5><30><101>}")))
+    qs = {q.key: q for q in load(tmp_path, "vrsbench_ref")}
+    assert qs["1"].answer == "{<1><5><30><40>}" and qs["1"].types == ("uniqueness unknown",)
+    assert sorted(notes(qs.values())) == sorted([f"{NO_FLAG}: 1 question", f"{OFF_GRID}: 2 questions"])
+
+
+def test_unreadable_records_fail_alone(tmp_path: Path) -> None:
+    w = write_vrsbench(tmp_path, vqa=False)
+    path = w.files[0]
+    edit(path, lambda d: (d[2].update(ground_truth="[1, 2, 3, 4]"), d.insert(6, "oops")))
+    with pytest.raises(RecordErrors) as err:
+        load(tmp_path, "vrsbench_ref")
+    exc = err.value
+    assert isinstance(exc, DatasetError)  # a caller that knows no better fails the benchmark
+    assert str(exc).startswith(f"{path}: record 2 (question_id 2): ground_truth '[1, 2, 3, 4]' is not")
+    assert str(exc).endswith("(and 1 more unreadable record)")
+    assert [k for k, _ in exc.failed] == ["record2", "record6"]
+    assert exc.failed[1][1] == f"{path}: record 6 is not an object"
+    # the readable records are all there, selected and ordered as usual
+    assert sorted(q.key for q in exc.questions) == sorted(e.key for e in w.extra["ref"] if e.key != "2")
+    assert [q.image.id for q in exc.questions] == sorted(q.image.id for q in exc.questions)
+
+
+def test_a_repeated_question_id_fails_alone(tmp_path: Path) -> None:
+    w = write_vrsbench(tmp_path, vqa=False)
+    edit(w.files[0], lambda d: d[4].update(question_id=1))
+    with pytest.raises(RecordErrors) as err:
+        load(tmp_path, "vrsbench_ref")
+    assert err.value.failed == [("record4", f"{w.files[0]}: record 4 (question_id 1): question_id 1 appears more than once")]
+    assert len(err.value.questions) == len(w.extra["ref"]) - 1
+
+
+def test_limit_applies_to_the_readable_records(tmp_path: Path) -> None:
+    w = write_vrsbench(tmp_path, n_images=3, vqa=False)
+    edit(w.files[0], lambda d: d[0].pop("image_id"))
+    with pytest.raises(RecordErrors) as err:
+        load(tmp_path, "vrsbench_ref", limit=4)
+    assert len(err.value.questions) == 4 and len(err.value.failed) == 1
