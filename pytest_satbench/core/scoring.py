@@ -191,6 +191,7 @@ import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pytest_satbench.core.judge import official_rules
 from pytest_satbench.core.question import Question
 
 __all__ = [
@@ -358,19 +359,12 @@ def rsvqa_bin(answer: str, qtype: str) -> str | None:
     return BIN_LABELS[4]
 
 
-_VRS_EXACT = frozenset(["yes", "no", *(str(i) for i in range(100))])
 
 
 def vrsbench_official(gt: str, pred: str) -> bool:
-    """Rules 1 and 2 of the official VRSBench VQA protocol (rule 3, a GPT judge, is not run)."""
-    g, p = gt.strip().lower(), pred.strip().lower()
-    if not g:
-        return False
-    if g in p:
-        return True
-    if g in _VRS_EXACT:
-        return g == p
-    return False
+    """Rules 1 and 2 of the official VRSBench VQA protocol; an answer they leave to the judge
+    (rule 3, `core.judge`) is not a match here (the run's results use the judge's verdict)."""
+    return official_rules(gt, pred) is True
 
 
 def score_vqa(question: Question, text: str, options: ScoreOptions) -> Score:
