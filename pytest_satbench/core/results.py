@@ -142,8 +142,9 @@ class BenchmarkResult:
     notes: list[str] = field(default_factory=list)  # the loader's notes, counted
 
     def declared_figures(self) -> tuple[Aggregate, ...]:
-        """The benchmark's figures with their labels, headline first (`Labels.figures`)."""
-        return self.labels.figures(len(self.stats.by_type))
+        """The benchmark's figures with their labels, headline first (`Labels.figures`),
+        those this run could compute."""
+        return tuple(a for a in self.labels.figures(len(self.stats.by_type)) if a.name in self.figures)
 
 
 # --------------------------------------------------------------------------- questions
@@ -220,7 +221,7 @@ def benchmark_results(
     figures = {
         agg.name: summarize_aggregate(records, weighting=agg.weighting, types=agg.types, verdict=agg.verdict,
                                       iterations=iterations, seed=seed, prepared=shared)
-        for agg in labels.figures(len(stats.by_type))
+        for agg in labels.figures(len(stats.by_type)) if _computable(agg, set(stats.by_type), set(names))
     }
     return BenchmarkResult(
         benchmark=benchmark, run_id=run_id, tag=tag, protocol=protocol, items=items, stats=stats,
@@ -228,6 +229,14 @@ def benchmark_results(
         score_options=options, labels=labels, noise_floor=noise_floor(items),
         figures=figures, notes=notes(it.question for it in items),
     )
+
+
+def _computable(agg: Aggregate, types: set[str], views: set[str]) -> bool:
+    """Whether every view deciding one of the run's covered types was computed: a figure
+    whose verdict comes from a view this run did not produce (e.g. a judge that did not
+    run) is left out rather than shown as 0."""
+    covered = [t for t in agg.types if t in types] if agg.types else sorted(types)
+    return all(v is None or v in views for v in map(agg.verdict, covered))
 
 
 def _score_question(
@@ -351,8 +360,9 @@ def aggregate_views(result: BenchmarkResult) -> dict[str, Any]:
             out[agg.name] = figure_entry(agg, result.figures[agg.name])
     for name, vs in sorted(result.views.items()):
         out[f"view:{name}"] = {"label": result.labels.view(name).label, **vs.to_dict()}
-    for agg in result.labels.aggregates:
-        out[f"aggregate:{agg.name}"] = figure_entry(agg, result.figures[agg.name])
+    for agg in result.declared_figures():
+        if agg.name not in (OVERALL, AVERAGE):
+            out[f"aggregate:{agg.name}"] = figure_entry(agg, result.figures[agg.name])
     return out
 
 

@@ -279,3 +279,16 @@ def test_multi_label_questions_count_once_by_questions_and_in_each_type_by_types
     # a: question 1 by exact match (1/1); b: questions 1 and 2 by the view (1/2)
     assert by_t.accuracy["orig"].value == pytest.approx((1 + 0.5) / 2)
     assert by_t.by_type["b"]["orig"].n == 2 and by_t.types == ("a", "b")
+
+
+def test_a_figure_whose_view_was_not_computed_is_left_out() -> None:
+    labels = Labels(aggregates=(Aggregate("judged", "with a judge", "types", (), ((ANY_TYPE, "judged"),)),
+                                Aggregate("counted", "counts by class", "types", (), (("count", "binned"),))))
+    stored = []
+    for k, qtype in enumerate(("presence", "presence")):
+        q = _q(str(k), qtype, "yes", f"img{k}")
+        stored.append((f"t[{k}]", question_record(q, "p", None), {"orig": _row(q, "orig", "yes")}))
+    res = benchmark_results("b", "r1", "t", {}, stored, options=ScoreOptions(), labels=labels, iterations=0)
+    # no judge ran: no "judged" view, no figure; no count question: "binned" is not needed
+    assert set(res.figures) == {OVERALL, AVERAGE, "counted"}
+    assert "aggregate:judged" not in aggregate_views(res) and "aggregate:counted" in aggregate_views(res)
