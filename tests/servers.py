@@ -12,6 +12,10 @@ n-th entry of its list; later ones succeed):
 
     FakeVLM(fail_at={1: Fail.status(500)}, fail_prompt={"q": [Fail.reset(), Fail.hang(5)]})
 
+Replies that are no answer or never end (issue 10): `Fail.reply(body)` (any JSON, e.g. a 200
+with `content: null`), `Fail.trickle` (a byte every so often), `Fail.endless` (a chunked
+body without end), `Fail.huge` (a real completion of a given size) and `Fail.reset_mid_body`.
+
 Using it from pytester: the server is a real TCP listener in the test process, so a pytest
 run by `pytester.runpytest()` (in-process) and by `pytester.runpytest_subprocess()` can both
 reach it: pass `srv.url` on the command line (`--servers`), and read the counters after the
@@ -38,7 +42,8 @@ from typing import Any, Literal
 
 AnswerFn = Callable[[str, bool, "bytes | None"], str]
 
-FailKind = Literal["status", "reset", "hang", "malformed", "truncated"]
+FailKind = Literal["status", "reset", "hang", "malformed", "truncated", "reply", "trickle", "endless",
+                   "huge", "reset-mid-body"]
 
 
 def dead_url() -> str:
@@ -65,6 +70,11 @@ class Fail:
     retry_after: str | None = None
     message: str = "injected failure"
     seconds: float = 0.0
+    body: str | None = None  # JSON text of a scripted reply (a string keeps Fail hashable)
+    interval: float = 0.0  # seconds between the bytes or pieces of a slow reply
+    size: int = 0  # bytes: of an endless reply's pieces, or of a huge reply's content
+    chunked: bool = False  # Transfer-Encoding: chunked instead of Content-Length
+    headers_too: bool = False  # trickle the status line and headers as well
 
     @classmethod
     def http(cls, status: int, message: str = "injected failure",
@@ -98,6 +108,47 @@ class Fail:
     def truncated(cls) -> Fail:
         """HTTP 200 announcing more bytes than it sends, then closing."""
         return cls("truncated")
+
+    @classmethod
+    def reply(cls, body: Any, status: int = 200) -> Fail:
+        """Answer with this JSON body (e.g. a 200 with `content: null`, no choices, an
+        error object, another model), with a Content-Length."""
+        return cls("reply", status=status, body=json.dumps(body))
+
+    @classmethod
+    def trickle(cls, interval: float, seconds: float, *, headers_too: bool = False) -> Fail:
+        """A real chat completion sent one byte every `interval` seconds, padded with
+        whitespace so that it takes at least `seconds` (Content-Length announced up front).
+        `headers_too`: the status line and headers trickle as well."""
+        return cls("trickle", interval=interval, seconds=seconds, headers_too=headers_too)
+
+    @classmethod
+    def endless(cls, piece: int = 64 * 1024, interval: float = 0.0, seconds: float = 120.0) -> Fail:
+        """HTTP 200, chunked, a body that never ends: `piece` bytes of whitespace every
+        `interval` seconds until the client hangs up (or `seconds` pass)."""
+        return cls("endless", size=piece, interval=interval, seconds=seconds, chunked=True)
+
+    @classmethod
+    def huge(cls, size: int, *, chunked: bool = False) -> Fail:
+        """A real chat completion whose content is `size` bytes of "x", announced with a
+        Content-Length, or chunked (64 kB chunks) so that only counting finds its size."""
+        return cls("huge", size=size, chunked=chunked)
+
+    @classmethod
+    def reset_mid_body(cls) -> Fail:
+        """Headers and half of a real chat completion, then an RST."""
+        return cls("reset-mid-body")
+
+
+def chat_completion(content: str | None, model: str | None = "m", finish_reason: str | None = "stop",
+                    **extra: Any) -> dict[str, Any]:
+    """A chat completion body as vLLM sends it (`extra` adds or replaces top-level keys)."""
+    body: dict[str, Any] = {
+        "id": "chatcmpl-x", "object": "chat.completion", "model": model,
+        "choices": [{"index": 0, "finish_reason": finish_reason,
+                     "message": {"role": "assistant", "content": content}}],
+    }
+    return body | extra
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +198,7 @@ class FakeVLM:
         self.in_flight = 0
         self.max_in_flight = 0
         self.recorded: list[Recorded] = []
+        self.chat_times: list[float] = []  # time.monotonic() at each chat request's arrival
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -235,6 +287,8 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
                                            struct.pack("ii", 1, 0))
                 self.connection.close()
                 self.close_connection = True
+            elif f.kind in ("reply", "trickle", "endless", "huge", "reset-mid-body"):
+                self._slow_fail(f)
             elif f.kind == "hang":
                 time.sleep(f.seconds)
                 self.close_connection = True
@@ -255,6 +309,73 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", "1000")
                 self.end_headers()
                 self.wfile.write(b'{"choices": [')
+                self.close_connection = True
+
+        def _slow_fail(self, f: Fail) -> None:
+            model = fake.response_model or getattr(self, "_model", None)
+            try:
+                if f.kind == "reply":
+                    assert f.body is not None
+                    raw = f.body.encode()
+                    self.send_response(f.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                elif f.kind == "trickle":
+                    raw = json.dumps(chat_completion("trickled", model)).encode()
+                    raw += b" " * max(0, int(f.seconds / f.interval) + 1 - len(raw))
+                    head = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                            f"Content-Length: {len(raw)}\r\n\r\n").encode()
+                    self.close_connection = True
+                    if not f.headers_too:
+                        self.wfile.write(head)
+                        head = b""
+                    data = head + raw
+                    for i in range(len(data)):
+                        time.sleep(f.interval)
+                        self.wfile.write(data[i:i + 1])
+                elif f.kind == "endless":
+                    self.close_connection = True
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.write(b'd\r\n{"choices": [\r\n')
+                    chunk = f"{f.size:x}\r\n".encode() + b" " * f.size + b"\r\n"
+                    end = time.monotonic() + f.seconds
+                    while time.monotonic() < end:
+                        self.wfile.write(chunk)
+                        if f.interval:
+                            time.sleep(f.interval)
+                elif f.kind == "huge":
+                    raw = json.dumps(chat_completion("x" * f.size, model)).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    if f.chunked:
+                        self.send_header("Transfer-Encoding", "chunked")
+                        self.end_headers()
+                        for i in range(0, len(raw), 65536):
+                            piece = raw[i:i + 65536]
+                            self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                        self.wfile.write(b"0\r\n\r\n")
+                    else:
+                        self.send_header("Content-Length", str(len(raw)))
+                        self.end_headers()
+                        self.wfile.write(raw)
+                elif f.kind == "reset-mid-body":
+                    raw = json.dumps(chat_completion("never whole", model)).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw[: len(raw) // 2])
+                    time.sleep(0.01)  # let the half arrive before the RST
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    self.close_connection = True
+            except OSError:  # the client hung up: what a deadline or a size cap does
                 self.close_connection = True
 
         def do_GET(self) -> None:
@@ -290,7 +411,9 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
             except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
                 self._json(400, {"error": {"message": f"bad request body: {e}"}})
                 return
+            self._model = body.get("model")
             with fake.lock:
+                fake.chat_times.append(time.monotonic())
                 fake.recorded.append(Recorded(
                     prompt=prompt, model=body.get("model"), max_tokens=body.get("max_tokens"),
                     temperature=body.get("temperature"), has_image=image is not None,

@@ -4,24 +4,48 @@ One `ServerPool` per process. It owns a keep-alive connection pool per server, s
 over the servers by load, caps the requests in flight, retries transient failures, and keeps
 per-server usage accounting. It knows nothing about questions or scoring: a wrong answer is an
 answer, and is never retried.
+
+Only a real answer is an answer. An HTTP 200 whose body has no `choices`, an empty list, no
+`message`, a `content` that is null or missing, an `error` object, or a `model` other than the
+one asked for (and not one of `model_aliases`) is a transient failure: retried (on another
+server when there is one), then a RequestFailed naming the server and the reason, never an
+Answer. An empty string is an answer: the model produced it (a model may say nothing), and
+it is scored as any other text.
+
+Bounded requests. `timeout` is the deadline of each attempt as a whole (connect, send, the
+reply's headers and body), so a server that trickles its reply or sends it without end fails
+at the deadline. A reply body over `max_reply_bytes` fails at once, without a retry: at
+temperature 0 the same request would run away again, and each try costs the cap in memory
+and transfer. An answer's text is clipped to `max_text_chars` (`Answer.clipped` says so), so
+one runaway answer cannot bloat the store or the reports.
+
+Servers up and down. Only a connection that cannot be made (refused, unreachable, no
+connection within `connect_timeout`) marks a server down, and a server that is down gets a
+growing pause between probes; a connection reset after the request went out, a timeout or an
+HTTP error is retried without pausing the server. `on_state_change(server, up, reason)` is
+called once on each transition (down when first refused, up at its next answer), in order,
+from the thread of the request that saw it; `server_states()` and `last_answer_at()` tell a
+watchdog how the servers are doing.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import email.utils
 import json
 import math
 import random
 import threading
 import time
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pytest_satbench.engine.transport import (
+    MAX_BODY_BYTES,
     Connections,
     ProxySettings,
     Response,
@@ -29,11 +53,14 @@ from pytest_satbench.engine.transport import (
 )
 
 __all__ = [
+    "MAX_REPLY_BYTES",
+    "MAX_TEXT_CHARS",
     "RETRY_AFTER_MAX_S",
     "Answer",
     "ModelMismatch",
     "RequestFailed",
     "ServerPool",
+    "ServerState",
     "ServerUnavailable",
     "ServerUsage",
 ]
@@ -42,6 +69,9 @@ __all__ = [
 # of a whole quota window (an hour); honouring that literally would look like a hung run, and
 # a retry that is refused again simply waits again.
 RETRY_AFTER_MAX_S = 120.0
+# Defaults of ServerPool's caps: a reply body (bytes) and an answer's stored text (characters).
+MAX_REPLY_BYTES = MAX_BODY_BYTES
+MAX_TEXT_CHARS = 64 * 1024
 # Health checks are a GET of a tiny list; a server that cannot answer it in this time is not
 # ready, whatever --request-timeout says.
 HEALTH_TIMEOUT_S = 60.0
@@ -54,23 +84,24 @@ _PROXY_AUTH_ADVICE = ("the proxy wants credentials: put them in the proxy URL, "
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    text: str  # choices[0].message.content ("" if null)
+    text: str  # choices[0].message.content, clipped to max_text_chars
     finish_reason: str | None
-    model: str  # model id in the response body (fallback: requested model)
+    model: str  # model id in the response body, maybe an allowed alias (fallback: requested model)
     server: str  # base URL that answered
     latency_s: float  # of the successful attempt
     prompt_tokens: int | None
     completion_tokens: int | None
     cost: float | None  # usage.cost when the server reports it (OpenRouter)
     attempts: int
+    clipped: bool = False  # the text was longer than max_text_chars and is its first max_text_chars
 
 
 class RequestFailed(Exception):
     """A chat request that did not produce an answer. str() is one line.
 
     `transient` is True when the request gave up on failures that might pass (server down,
-    overloaded, timeouts); False when the server refused the request itself (4xx), which the
-    same request will hit again.
+    overloaded, timeouts, a 200 without an answer); False when the same request would fail
+    the same way again (a 4xx refusal, a reply over the size cap).
     """
 
     def __init__(self, message: str, *, server: str, attempts: int, status: int | None,
@@ -151,6 +182,18 @@ class ServerUsage:
             models=models,
             latencies_s=tuple(x for p in parts for x in p.latencies_s),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    """How one server is doing now (ServerPool.server_states). Times are time.monotonic()."""
+
+    server: str
+    up: bool  # False from a refused connection until its next answer
+    last_answer_at: float | None  # its last answer; None if none yet
+    last_error: str | None  # the reason of its last failed attempt, one line, no credentials
+    last_error_at: float | None
+    failures_in_a_row: int  # failed attempts since its last answer, of any kind
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
@@ -237,8 +280,15 @@ class _Server:
     route: str = ""  # how failures name it: the name, plus the proxy it is reached through
     in_flight: int = 0
     not_before: float = 0.0  # monotonic time before which no attempt goes here
-    consecutive_failures: int = 0  # connection-level, drives the cool-down
+    consecutive_failures: int = 0  # refused connections, drives the cool-down
     models: list[str] | None = None
+    # state, for on_state_change and server_states()
+    down: bool = False
+    down_since: float = 0.0
+    last_answer_at: float | None = None
+    last_error: str | None = None
+    last_error_at: float | None = None
+    failures_in_a_row: int = 0
     # accounting
     requests: int = 0
     answered: int = 0
@@ -268,12 +318,22 @@ class _Attempt(Exception):
 
 
 class ServerPool:
-    """Thread-safe pool of OpenAI-compatible servers. See the module docstring."""
+    """Thread-safe pool of OpenAI-compatible servers. See the module docstring.
+
+    `timeout`: the deadline of one attempt, whole (s); `connect_timeout`: of its connect.
+    `max_reply_bytes`: the cap on a reply body; `max_text_chars`: the cap on Answer.text.
+    `model_aliases`: model ids a reply may name instead of the one asked for (a str is read
+    as a comma-separated list); the Answer keeps the id the reply named.
+    `on_state_change(server, up, reason)`: called once per down/up transition of a server.
+    """
 
     def __init__(self, urls: Sequence[str], *, timeout: float = 600.0, retries: int = 4,
                  concurrency: int = 64, api_key: str | None = None,
                  backoff_base: float = 0.5, backoff_max: float = 30.0,
-                 connect_timeout: float = 10.0, proxies: ProxySettings | None = None) -> None:
+                 connect_timeout: float = 10.0, proxies: ProxySettings | None = None,
+                 max_reply_bytes: int = MAX_REPLY_BYTES, max_text_chars: int = MAX_TEXT_CHARS,
+                 model_aliases: Iterable[str] = frozenset(),
+                 on_state_change: Callable[[str, bool, str], None] | None = None) -> None:
         if isinstance(urls, str):
             urls = [u for u in urls.split(",") if u.strip()]
         if not urls:
@@ -284,6 +344,10 @@ class ServerPool:
             raise ValueError(f"retries must be >= 0, got {retries}")
         if timeout <= 0 or connect_timeout <= 0:
             raise ValueError("timeouts must be > 0 seconds")
+        if max_reply_bytes < 1 or max_text_chars < 1:
+            raise ValueError("max_reply_bytes and max_text_chars must be >= 1")
+        if isinstance(model_aliases, str):
+            model_aliases = [a for a in model_aliases.split(",") if a.strip()]
         norm = [_normalise_url(u) for u in urls]
         dup = [u for u, n in Counter(norm).items() if n > 1]
         if dup:
@@ -294,6 +358,10 @@ class ServerPool:
         self.concurrency = int(concurrency)
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
+        self.max_reply_bytes = int(max_reply_bytes)
+        self.max_text_chars = int(max_text_chars)
+        self.model_aliases = frozenset(a.strip() for a in model_aliases)
+        self.on_state_change = on_state_change
         self._api_key = api_key or None
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
@@ -306,7 +374,7 @@ class ServerPool:
         self._servers = [
             _Server(url=u, name=_display(u), conns=Connections(
                 u, connect_timeout=self.connect_timeout, read_timeout=self.timeout, headers=headers,
-                proxies=proxies))
+                proxies=proxies, max_body=self.max_reply_bytes))
             for u in norm
         ]
         self._secrets = [self._api_key] if self._api_key else []
@@ -320,6 +388,11 @@ class ServerPool:
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._rr = 0
         self._closed = False
+        self._last_answer_at: float | None = None
+        # State changes, queued in the order they happened (under _lock) and delivered in that
+        # order (under _notify_lock), outside _lock so that a callback may call back in.
+        self._events: deque[tuple[str, bool, str]] = deque()
+        self._notify_lock = threading.RLock()  # a callback that asks must not deadlock
 
     # ------------------------------------------------------------------ setup
     def __repr__(self) -> str:
@@ -376,7 +449,7 @@ class ServerPool:
                 raise _proxy_attempt(e) from None
             if e.kind in ("timeout", "connect-timeout"):
                 raise _Attempt("timed out", transient=True) from None
-            raise _Attempt(_one_line(str(e)), transient=True) from None
+            raise _Attempt(_one_line(str(e)), transient=e.kind != "too-large") from None
         if r.status == 407 and srv.conns.proxy is not None:
             raise _proxy_auth_attempt(r)
         if r.status != 200:
@@ -515,19 +588,7 @@ class ServerPool:
         try:
             r = srv.conns.request("POST", "/v1/chat/completions", payload)
         except TransportError as e:
-            if e.kind == "proxy":
-                raise _proxy_attempt(e) from None
-            if e.kind == "connect-timeout":
-                raise _Attempt(f"timed out (no connection within {self.connect_timeout:g} s)",
-                               transient=True, server_down=True) from None
-            if e.kind == "timeout":
-                raise _Attempt(f"timed out (no answer within --request-timeout {self.timeout:g} s)",
-                               transient=True) from None
-            if e.kind == "cut-off":
-                raise _Attempt(f"response cut off ({_one_line(str(e))})", transient=True) from None
-            # refused, reset, or not HTTP at all: the server (or the path to it) is in trouble
-            raise _Attempt(f"connection failed ({_one_line(str(e))})", transient=True,
-                           server_down=True) from None
+            raise self._transport_attempt(e) from None
         latency = time.monotonic() - t0
 
         status = r.status
@@ -538,22 +599,12 @@ class ServerPool:
                            retry_after=_retry_after(r))
         if not 200 <= status < 300:
             raise _Attempt(f"HTTP {status}: {_error_snippet(r)}", transient=False, status=status)
-        try:
-            data = r.json()
-            choice = data["choices"][0]
-            message = choice["message"]
-            content = message.get("content")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            # A 200 that is not a chat completion is a proxy or server hiccup (truncated body,
-            # an HTML error page, an error object); it says nothing about the question.
-            raise _Attempt(f"HTTP {status} but not a chat completion: {_error_snippet(r)}",
-                           transient=True, status=status) from None
-        if isinstance(content, list):  # some servers return content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        data, choice, content = _completion(r, model, self.model_aliases)
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        clipped = len(content) > self.max_text_chars
         ans = Answer(
-            text=content if isinstance(content, str) else "",
-            finish_reason=choice.get("finish_reason"),
+            text=content[: self.max_text_chars] if clipped else content,
+            finish_reason=_str_or_none(choice.get("finish_reason")),
             model=str(data.get("model") or model),
             server=srv.name,
             latency_s=latency,
@@ -561,10 +612,17 @@ class ServerPool:
             completion_tokens=_int_or_none(usage.get("completion_tokens")),
             cost=_float_or_none(usage.get("cost")),
             attempts=attempt,
+            clipped=clipped,
         )
+        now = time.monotonic()
         with self._lock:
             srv.answered += 1
             srv.consecutive_failures = 0
+            srv.failures_in_a_row = 0
+            srv.last_answer_at = self._last_answer_at = now
+            if srv.down:
+                srv.down = False
+                self._events.append((srv.name, True, f"answering again after {now - srv.down_since:.0f} s down"))
             srv.prompt_tokens += ans.prompt_tokens or 0
             srv.completion_tokens += ans.completion_tokens or 0
             if ans.cost is not None:
@@ -572,12 +630,38 @@ class ServerPool:
                 srv.cost_reported += 1
             srv.model_counts[ans.model] += 1
             srv.latencies.append(latency)
+        if self._events:
+            self._notify()
         return ans
+
+    def _transport_attempt(self, e: TransportError) -> _Attempt:
+        if e.kind == "proxy":
+            return _proxy_attempt(e)
+        if e.kind == "connect-timeout":
+            return _Attempt(f"timed out (no connection within {self.connect_timeout:g} s)",
+                            transient=True, server_down=True)
+        if e.kind == "connect":  # refused or unreachable: the only failure that marks it down
+            return _Attempt(f"connection failed ({_one_line(str(e))})", transient=True, server_down=True)
+        if e.kind == "timeout":
+            return _Attempt(f"timed out (no complete reply within --request-timeout {self.timeout:g} s: "
+                            f"{e.detail})", transient=True)
+        if e.kind == "too-large":
+            return _Attempt(f"reply too large ({_one_line(str(e))})", transient=False, status=e.status,
+                            advice="a chat reply this large is a runaway (an endless or unbounded body); "
+                                   "check the server, or raise --max-reply-bytes")
+        if e.kind == "cut-off":
+            return _Attempt(f"response cut off ({_one_line(str(e))})", transient=True)
+        # reset after the request went out, or not HTTP: retried, and the server is not paused
+        # (a reset mid-body says nothing about the next request: it is not a refusal)
+        return _Attempt(f"connection failed ({_one_line(str(e))})", transient=True)
 
     def _record_failure(self, srv: _Server, e: _Attempt) -> None:
         with self._lock:
             srv.failures += 1
+            srv.failures_in_a_row += 1
             now = time.monotonic()
+            srv.last_error = self._scrub(e.reason)
+            srv.last_error_at = now
             if e.retry_after is not None:
                 srv.not_before = max(srv.not_before, now + e.retry_after)
             if e.server_down:
@@ -588,6 +672,39 @@ class ServerPool:
                 cool = min(self.backoff_max,
                            self.backoff_base * 2 ** (srv.consecutive_failures - 1))
                 srv.not_before = max(srv.not_before, now + cool)
+                if not srv.down:
+                    srv.down, srv.down_since = True, now
+                    self._events.append((srv.name, False, srv.last_error))
+        if self._events:
+            self._notify()
+
+    def _notify(self) -> None:
+        """Deliver queued state changes in the order they happened. A callback that raises
+        does not fail the request that saw the change."""
+        with self._notify_lock:
+            while True:
+                with self._lock:
+                    if not self._events:
+                        return
+                    event = self._events.popleft()
+                if self.on_state_change is not None:
+                    with contextlib.suppress(Exception):  # a reporting hook must not fail a request
+                        self.on_state_change(*event)
+
+    # ------------------------------------------------------------------ state
+    def last_answer_at(self) -> float | None:
+        """time.monotonic() of the last answer from any server; None before the first."""
+        return self._last_answer_at
+
+    def server_states(self) -> dict[str, ServerState]:
+        """Per server: up or down, its last answer and its last error (cheap, thread-safe)."""
+        with self._lock:
+            return {
+                s.name: ServerState(server=s.name, up=not s.down, last_answer_at=s.last_answer_at,
+                                    last_error=s.last_error, last_error_at=s.last_error_at,
+                                    failures_in_a_row=s.failures_in_a_row)
+                for s in self._servers
+            }
 
     # ------------------------------------------------------------------ accounting
     def usage(self) -> dict[str, ServerUsage]:
@@ -628,6 +745,52 @@ def _proxy_auth_attempt(r: Response) -> _Attempt:
                     advice=_PROXY_AUTH_ADVICE)
 
 
+def _completion(r: Response, model: str, aliases: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(body, choices[0], content) of an HTTP 200 that holds a real answer from `model` (or
+    one of its aliases); raises a transient _Attempt naming what is wrong otherwise. A 200
+    without an answer is a proxy or server hiccup (a truncated body, an HTML error page, an
+    error object, a generation that produced nothing); it says nothing about the question."""
+
+    def fault(what: str, advice: str = "the server replied without an answer; check its log, "
+                                       "or raise --retries") -> _Attempt:
+        return _Attempt(f"HTTP 200 but {what}", transient=True, status=200, advice=advice)
+
+    try:
+        data = r.json()
+    except ValueError:
+        raise fault(f"not a chat completion: {_error_snippet(r)}") from None
+    if not isinstance(data, dict):
+        raise fault(f"not a chat completion: {_error_snippet(r)}")
+    if data.get("error"):
+        raise fault(f"an error object: {_error_snippet(r)}")
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        raise fault(f"no choices: {_error_snippet(r)}")
+    if not choices:
+        raise fault("an empty choices list")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise fault("no message in choices[0]")
+    finish = choice.get("finish_reason")
+    raw = content = message.get("content")
+    if isinstance(content, list):  # some servers return content parts
+        texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        content = "".join(texts) if texts else None
+    if not isinstance(content, str):
+        state = ("missing" if "content" not in message else "null" if raw is None
+                 else "parts without text" if isinstance(raw, list) else f"not text ({type(raw).__name__})")
+        hint = (" (the whole --max-new went on something else, e.g. reasoning; raise --max-new)"
+                if finish == "length" else "")
+        raise fault(f"no answer: content {state}, finish_reason {finish!r}{hint}")
+    returned = data.get("model")
+    if returned and returned != model and returned not in aliases:
+        raise fault(f"the reply is from model {_one_line(str(returned), 80)!r}, not {model!r}",
+                    advice=f"check --servers; if {_one_line(str(returned), 80)!r} is another name "
+                           "of the same model, pass --allow-model-alias with it")
+    return data, choice, content
+
+
 def chat_payload(model: str, prompt: str, image_b64: bytes | None, max_tokens: int,
                  temperature: float) -> bytes:
     """The request body, as `json.dumps` of the seed's message would give it.
@@ -651,6 +814,10 @@ def _int_or_none(v: Any) -> int | None:
         return None if v is None or isinstance(v, bool) else int(v)
     except (TypeError, ValueError):
         return None
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if v is None or isinstance(v, str) else str(v)
 
 
 def _float_or_none(v: Any) -> float | None:

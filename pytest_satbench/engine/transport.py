@@ -12,19 +12,30 @@ What those libraries gave that matters is kept here: proxies from the environmen
 `user:password@` in the proxy URL sent as Proxy-Authorization, a forward proxy for http://
 servers and a CONNECT tunnel for https:// ones; HTTPS with the system's CA store (or
 REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE / SSL_CERT_FILE); `user:password@` in the server URL
-as basic auth; separate connect and read timeouts. Not done: proxies reached over TLS
+as basic auth; a connect timeout. Not done: proxies reached over TLS
 (https:// proxy URLs) and SOCKS proxies, refused with a one-line error naming the proxy, and
 ALL_PROXY, which is not read.
+
+Bounded requests. A request's timeout is the deadline of the whole request: connect, send,
+status line, headers and body together, not a per-read timeout (http.client's socket
+timeout restarts with every byte, so a server sending a byte every half second never times
+out). Every send and receive on the connection gets only the time left until that deadline
+(`_DeadlineSocket`), so a trickling or endless reply fails at the deadline, wherever it
+trickles. The body is read in pieces and counted: a reply that announces, or grows to, more
+than `max_body` bytes fails at once ("too-large") without buffering more than that.
 """
 
 from __future__ import annotations
 
 import base64
 import http.client
+import io
 import ipaddress
 import json
+import math
 import os
 import re
+import socket
 import ssl
 import threading
 import time
@@ -33,12 +44,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["IDLE_MAX_S", "Connections", "Proxy", "ProxySettings", "Response", "TransportError"]
+__all__ = ["IDLE_MAX_S", "MAX_BODY_BYTES", "Connections", "Proxy", "ProxySettings", "Response", "TransportError"]
 
 # A connection idle longer than this is closed instead of reused: servers close idle
 # keep-alive connections (uvicorn after 5 s), and a request sent on one that is being
 # closed fails for no reason of its own.
 IDLE_MAX_S = 4.0
+# Default cap on a reply body: a chat completion is a few kB; the /v1/models list of a large
+# provider (OpenRouter) is under 1 MB.
+MAX_BODY_BYTES = 8 * 2**20
+_PIECE = 64 * 1024  # bytes per read of a body: the most read past the cap before it fails
 
 # http.client reports a refused CONNECT only as this text in an OSError.
 _TUNNEL_REFUSED = re.compile(r"Tunnel connection failed: (\d{3})\s*(.*)")
@@ -46,15 +61,17 @@ _TUNNEL_REFUSED = re.compile(r"Tunnel connection failed: (\d{3})\s*(.*)")
 
 class TransportError(Exception):
     """A request that got no complete HTTP response. `kind` says what happened:
-    connect (refused, unreachable), connect-timeout, timeout (no answer in time), reset
-    (the connection dropped), cut-off (the body ended early), protocol (not HTTP), proxy
-    (the proxy refused the CONNECT tunnel, `status` holding its answer, or the proxy
-    settings are unusable, `status` None)."""
+    connect (refused, unreachable), connect-timeout, timeout (no complete reply before the
+    request's deadline), reset (the connection dropped), cut-off (the body ended early),
+    too-large (the body is over the cap; `status` holds the HTTP status), protocol (not
+    HTTP), proxy (the proxy refused the CONNECT tunnel, `status` holding its answer, or the
+    proxy settings are unusable, `status` None)."""
 
-    def __init__(self, kind: str, message: str, *, status: int | None = None) -> None:
+    def __init__(self, kind: str, message: str, *, status: int | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
+        self.detail = detail  # a timeout's: how far the request got
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +210,14 @@ class Connections:
     `proxies`: the proxy settings to route by; None reads them from the environment now.
     A proxy URL that cannot be used does not raise here: every request raises
     TransportError("proxy") naming it, so it surfaces as the server's health-check failure.
+
+    `read_timeout` (the name is historical): the default deadline of a whole request, in
+    seconds; `connect_timeout` bounds the connect (and TLS handshake) within it. `max_body`:
+    the default cap on a reply body in bytes.
     """
 
     def __init__(self, url: str, *, connect_timeout: float, read_timeout: float, headers: dict[str, str],
-                 proxies: ProxySettings | None = None) -> None:
+                 proxies: ProxySettings | None = None, max_body: int = MAX_BODY_BYTES) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url}")
@@ -206,6 +227,7 @@ class Connections:
         self.base_path = parts.path.rstrip("/")
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
+        self.max_body = max_body
         self.headers = {"Connection": "keep-alive", **headers}
         if parts.username and "Authorization" not in self.headers:
             token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
@@ -259,31 +281,66 @@ class Connections:
             self._idle.append((conn, time.monotonic()))
 
     # ------------------------------------------------------------------ requests
-    def request(self, method: str, path: str, body: bytes | None = None, *, timeout: float | None = None) -> Response:
+    def request(self, method: str, path: str, body: bytes | None = None, *, timeout: float | None = None,
+                max_body: int | None = None) -> Response:
+        """One request on a pooled connection. `timeout`: the deadline of the whole request in
+        seconds (default `read_timeout`); `max_body`: the cap on the reply body in bytes
+        (default `max_body`). Raises TransportError."""
         if self.proxy_problem is not None:
             raise TransportError("proxy", self.proxy_problem)
+        limit = timeout or self.read_timeout
+        cap = self.max_body if max_body is None else max_body
+        deadline = time.monotonic() + limit
         conn = self._take()
         target = self.base_path + path
         if self.proxy is not None and not self.https:
             target = self._absolute_prefix + target  # absolute form, as a forward proxy wants
         stage = "connect"
+        read = 0  # body bytes read so far
         try:
             if conn.sock is None:
+                conn.timeout = min(self.connect_timeout, limit)
                 conn.connect()
-            stage = "request"
-            conn.sock.settimeout(timeout or self.read_timeout)
+            sock = conn.sock
+            if not isinstance(sock, _DeadlineSocket):
+                sock = conn.sock = _DeadlineSocket(sock)
+            sock.deadline = deadline
+            stage = "send"
             conn.request(method, target, body=body, headers=self.headers)
+            stage = "headers"
             resp = conn.getresponse()
-            data = resp.read()
+            stage = "body"
+            if resp.length is not None and resp.length > cap:
+                raise _TooLarge(f"the reply announces {resp.length} bytes, over the {cap}-byte cap",
+                                resp.status)
+            pieces: list[bytes] = []
+            while True:  # read1: at most one receive per piece, so `read` is what has arrived
+                piece = resp.read1(min(_PIECE, cap + 1 - read))
+                if not piece:
+                    break
+                read += len(piece)
+                if read > cap:
+                    raise _TooLarge(f"the reply is over the {cap}-byte cap ({read} bytes read)", resp.status)
+                pieces.append(piece)
+            if not resp.chunked and resp.length:  # read1 ends early at EOF without a word
+                raise http.client.IncompleteRead(b"", resp.length)
+            resp.close()  # the body is read: the connection may carry the next request
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        except _TooLarge as exc:
+            conn.close()
+            raise TransportError("too-large", str(exc), status=exc.status) from None
         except TimeoutError:
             conn.close()
             if stage == "connect":
                 to = " to the proxy" if self.proxy is not None else ""
-                raise TransportError("connect-timeout", f"no connection{to} within {self.connect_timeout:g} s") from None
-            raise TransportError("timeout", f"no answer within {timeout or self.read_timeout:g} s") from None
-        except http.client.IncompleteRead as exc:
+                within = min(self.connect_timeout, limit)
+                raise TransportError("connect-timeout", f"no connection{to} within {within:g} s") from None
+            doing = {"send": "while sending the request", "headers": "no reply headers yet",
+                     "body": f"{read} bytes of the body read"}[stage]
+            raise TransportError("timeout", f"no complete reply within {limit:g} s ({doing})", detail=doing) from None
+        except http.client.IncompleteRead:
             conn.close()
-            raise TransportError("cut-off", f"IncompleteRead: {len(exc.partial)} bytes read") from None
+            raise TransportError("cut-off", f"IncompleteRead: {read} bytes read") from None
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as exc:
             conn.close()
             if stage == "connect":
@@ -317,6 +374,66 @@ class Connections:
             idle, self._idle = self._idle, []
         for conn, _ in idle:
             conn.close()
+
+
+class _TooLarge(Exception):
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _DeadlineSocket:
+    """A connected socket as http.client uses it (sendall, makefile, close), where every send
+    and receive may take only the time left until `deadline` (time.monotonic()). A plain
+    socket timeout restarts with each byte received; this one does not. Everything else is
+    the socket's own."""
+
+    __slots__ = ("deadline", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.deadline = math.inf
+
+    def _left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request's deadline passed")
+        return left
+
+    def sendall(self, data: Any) -> None:
+        # Since Python 3.5 a timeout bounds the whole sendall, not each send inside it.
+        self.sock.settimeout(self._left())
+        self.sock.sendall(data)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0) -> int:
+        self.sock.settimeout(self._left())
+        return self.sock.recv_into(buffer, nbytes)
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        if mode != "rb":
+            raise ValueError(f"_DeadlineSocket.makefile supports 'rb' only, not {mode!r}")
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The raw stream under a response's buffered reader. Closing it leaves the socket open
+    (the connection is kept alive), as socket.SocketIO does."""
+
+    def __init__(self, sock: _DeadlineSocket) -> None:
+        super().__init__()
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._sock.recv_into(buffer)
 
 
 def _describe(exc: BaseException) -> str:

@@ -67,14 +67,16 @@ def test_request_body_is_the_seed_format_with_image_and_key() -> None:
     assert b.server == srv.url
 
 
-def test_null_content_is_empty_text_and_response_model_is_reported() -> None:
-    none: Callable[[str, bool, bytes | None], str] = lambda p, h, i: None  # type: ignore[assignment,return-value]
+def test_empty_content_is_an_answer_and_an_aliased_model_is_reported() -> None:
+    # Issue 10: a null content is no answer (tests/engine/test_client_faults.py); "" is one.
+    # A reply from another model id is accepted only when that id is an allowed alias.
+    empty: Callable[[str, bool, bytes | None], str] = lambda p, h, i: ""
     with (
-        FakeVLM(["m"], answer=none, response_model="org/m-2025", finish_reason="length", usage=None) as srv,
-        ServerPool([srv.url], **FAST) as pool,
+        FakeVLM(["m"], answer=empty, response_model="org/m-2025", finish_reason="length", usage=None) as srv,
+        ServerPool([srv.url], model_aliases=frozenset({"org/m-2025"}), **FAST) as pool,
     ):
         a = ask(pool)
-    assert (a.text, a.finish_reason, a.model) == ("", "length", "org/m-2025")
+    assert (a.text, a.finish_reason, a.model, a.clipped) == ("", "length", "org/m-2025", False)
     assert a.prompt_tokens is None and a.completion_tokens is None and a.cost is None
 
 
@@ -330,7 +332,7 @@ def test_usage_accounting_per_server() -> None:
         FakeVLM(["m"], usage=usage_a, response_model="provider/m-a",
                 fail_prompt={"q0": [Fail.http(503)]}) as a,
         FakeVLM(["m"], usage=None) as b,
-        ServerPool([a.url, b.url], retries=2, **FAST) as pool,
+        ServerPool([a.url, b.url], retries=2, model_aliases=frozenset({"provider/m-a"}), **FAST) as pool,
     ):
         answers = [ask(pool, prompt=f"q{i}") for i in range(10)]
         u = pool.usage()
