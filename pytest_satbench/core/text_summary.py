@@ -110,7 +110,7 @@ def render_figures(result: BenchmarkResult, width: int = 80) -> list[str]:
     aw = max(6, min(max(len(labels[a]) for a in arms), 16)) + 1
     lines = [""]
     lines += F.prose("benchmark figures (%): the headline as the benchmark's protocol computes it, "
-                     "then the published views; 95% CI clustered by image, delta vs orig in points", width)
+                     "then any view its papers publish; 95% CI clustered by image, delta vs orig in points", width)
     for agg in shown:
         fs: AggregateStats = result.figures[agg.name]
         lines += F.prose(agg.label, width)
