@@ -36,6 +36,7 @@ class AnswerRow:
     error: str | None = None
     created: float = 0.0
     run_id: str | None = None  # the run that asked it (a later run reusing it keeps this)
+    clipped: bool | None = None  # the text was longer than --max-answer-chars and was cut there
 
 
 @dataclass(frozen=True, slots=True)

@@ -277,6 +277,7 @@ class QuestionRunner:
             extracted=answer.text.strip()[:32], correct=verdict, parsed=True, finish_reason=answer.finish_reason,
             latency_s=answer.latency_s, prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
             cost=answer.cost, model=answer.model, server=answer.server, attempts=answer.attempts, run_id=self.run_id,
+            clipped=answer.clipped,
         ))
         return ArmResult(arm, "ok", text=answer.text, finish_reason=answer.finish_reason, latency_s=answer.latency_s)
 
@@ -320,6 +321,7 @@ class QuestionRunner:
                 image_sha256=arm_image.sha256 if arm_image else None,
                 image_tokens=arm_image.tokens if arm_image else None,
                 run_id=self.run_id,
+                clipped=answer.clipped,
             )
         )
         return ArmResult(

@@ -6,7 +6,7 @@ engine never sees pytest's config or session, so it can be driven from a script 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,11 @@ class RuntimeConfig:
     cache_images: int = 256
     request_timeout: float = 600.0
     retries: int = 4
+    max_reply_bytes: int = 8 * 2**20  # a longer reply body is a failure
+    max_answer_chars: int = 64 * 1024  # the stored answer text is clipped to this
+    model_aliases: tuple[str, ...] = ()  # ids a server may answer with instead of the model
+    # called with (server, up?, reason) once per down/up transition of a server
+    on_server_state: Callable[[str, bool, str], None] | None = field(default=None, compare=False, repr=False)
     api_key: str | None = field(default=None, repr=False)
     judge_url: str | None = None  # VRSBench's official judge (--judge); None: rules only
     judge_model: str | None = None  # None: the one model the judge server lists

@@ -10,6 +10,7 @@ half-way (a server down, a bad checkpoint, a protocol conflict) closes what was 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from typing import Protocol
@@ -55,6 +56,7 @@ class Runtime:
         self.runner: QuestionRunner
         self.lookahead: LookAhead[Askable, ItemResult] | None = None
         self.judge: Judge | None = None
+        self._started = time.monotonic()
 
     @classmethod
     def start(cls, cfg: RuntimeConfig, upcoming: Iterable[Askable] | None = None) -> Runtime:
@@ -72,10 +74,7 @@ class Runtime:
 
     def _open(self, upcoming: Iterable[Askable] | None) -> None:
         cfg, stack = self.cfg, self._stack
-        self.pool = ServerPool(
-            list(cfg.urls), timeout=cfg.request_timeout, retries=cfg.retries,
-            concurrency=cfg.concurrency, api_key=cfg.api_key,
-        )
+        self.pool = self._pool(list(cfg.urls))
         stack.callback(self.pool.close)
         try:
             self.pool.health_check()
@@ -137,12 +136,19 @@ class Runtime:
             stack.callback(self.lookahead.stop)
             self.lookahead.start()
 
+    def _pool(self, urls: list[str]) -> ServerPool:
+        cfg = self.cfg
+        return ServerPool(
+            urls, timeout=cfg.request_timeout, retries=cfg.retries, concurrency=cfg.concurrency,
+            api_key=cfg.api_key, max_reply_bytes=cfg.max_reply_bytes, max_text_chars=cfg.max_answer_chars,
+            model_aliases=frozenset(cfg.model_aliases), on_state_change=cfg.on_server_state,
+        )
+
     def _open_judge(self) -> Judge | None:
         cfg = self.cfg
         if cfg.judge_url is None:
             return None
-        pool = ServerPool([cfg.judge_url], timeout=cfg.request_timeout, retries=cfg.retries,
-                          concurrency=cfg.concurrency, api_key=cfg.api_key)
+        pool = self._pool([cfg.judge_url])
         self._stack.callback(pool.close)
         try:
             pool.health_check()
@@ -168,6 +174,21 @@ class Runtime:
             self.store.put_traffic(self.cfg.run_id, self.cfg.process, traffic)
         except StoreError:
             pass  # the store failed during the run: that is reported already, traffic is bookkeeping
+
+    def doomed(self, window_s: float) -> str | None:
+        """Why the run should stop asking: no server has answered for `window_s` seconds while
+        requests keep failing (every server down, or answering only errors). None otherwise."""
+        now = time.monotonic()
+        last = self.pool.last_answer_at()
+        if now - (last if last is not None else self._started) < window_s:
+            return None
+        states = self.pool.server_states()
+        if not any(s.failures_in_a_row for s in states.values()):
+            return None  # quiet, not failing: slow answers are not a doomed run
+        since = "since the run started" if last is None else f"for {now - last:.0f} s"
+        servers = "; ".join(f"{name}: {s.last_error or 'no answer'}" for name, s in states.items())
+        return (f"no server has answered {since} while requests kept failing ({servers}); stopped asking: "
+                "rerun the same command to resume once a server answers")
 
     def job(self, item: Askable) -> Job:
         q = item.question

@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS answers (
     error TEXT,
     created REAL NOT NULL,
     run_id TEXT,
+    clipped INTEGER,
     PRIMARY KEY (nodeid, arm, fingerprint)
 );
 CREATE TABLE IF NOT EXISTS runs (
@@ -171,9 +172,11 @@ class ResultStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._conn()
             conn.executescript(SCHEMA)
-            # stores written before answers recorded the run that asked them
-            if "run_id" not in {r[1] for r in conn.execute("PRAGMA table_info(answers)")}:
-                conn.execute("ALTER TABLE answers ADD COLUMN run_id TEXT")
+            # stores written before answers recorded the run that asked them, or clipping
+            have = {r[1] for r in conn.execute("PRAGMA table_info(answers)")}
+            for column, kind in (("run_id", "TEXT"), ("clipped", "INTEGER")):
+                if column not in have:
+                    conn.execute(f"ALTER TABLE answers ADD COLUMN {column} {kind}")
             self._identity = _identity(self.path)
         except (sqlite3.Error, OSError) as exc:
             self.close()
@@ -514,4 +517,6 @@ def _row(values: Sequence[object]) -> AnswerRow:
         row.correct = bool(row.correct)
     if row.parsed is not None:
         row.parsed = bool(row.parsed)
+    if row.clipped is not None:
+        row.clipped = bool(row.clipped)
     return row

@@ -111,6 +111,13 @@ def _store(where: str, raw: str) -> Path:
     return path.resolve()
 
 
+def _aliases(where: str, texts: Sequence[str]) -> tuple[str, ...]:
+    ids = tuple(dict.fromkeys(a.strip() for text in texts for a in text.split(",") if a.strip()))
+    if texts and not ids:
+        raise pytest.UsageError(f"{where}: pass a model id, e.g. openai/gpt-4o-mini-2024-07-18")
+    return ids
+
+
 def _data_root(where: str, raw: str) -> tuple[Path, str]:
     """(folder, where it came from). Only an explicit option is checked for being a folder:
     an environment variable reaches every pytest run, and a stale one must not break runs
@@ -342,10 +349,19 @@ OPTIONS: tuple[Option, ...] = (
            parse=integer(), ini="satbench_concurrency", metavar="N"),
     Option("--cache-images", "prepared images kept in memory", default=256, parse=integer(),
            ini="satbench_cache_images", metavar="N"),
-    Option("--request-timeout", "seconds per request attempt", default=600.0, parse=seconds(),
-           ini="satbench_request_timeout", metavar="S"),
-    Option("--retries", "retries of a transient failure: connection, timeout, 429, 5xx", default=4,
-           parse=integer(minimum=0), ini="satbench_retries", metavar="N"),
+    Option("--request-timeout", "deadline of one request attempt, whole (connect, send, receive), in seconds",
+           default=600.0, parse=seconds(), ini="satbench_request_timeout", metavar="S"),
+    Option("--retries", "retries of a transient failure: connection, timeout, 429, 5xx, a 200 without an answer, "
+           "a reply from another model", default=4, parse=integer(minimum=0), ini="satbench_retries", metavar="N"),
+    Option("--give-up-after", "stop asking when no server has answered for this many seconds while requests "
+           "fail (a rerun resumes)", default=120.0, parse=seconds(), ini="satbench_give_up_after", metavar="S"),
+    Option("--max-reply-bytes", "a reply body larger than this is a failure (a runaway answer)", default=8 * 2**20,
+           parse=integer(), metavar="N"),
+    Option("--max-answer-chars", "the stored answer text is clipped to this many characters (flagged clipped)",
+           default=64 * 1024, parse=integer(), metavar="N"),
+    Option("--allow-model-alias", "a model id the servers may answer with instead of --model, repeatable or "
+           "comma-separated (OpenRouter's dated ids)", kind="list", default=(), parse=_aliases,
+           fields=("model_aliases",), metavar="ID"),
     Option("--tag", "name of this run's report folder under reports/<benchmark>/", default="default",
            parse=_tag, metavar="NAME"),
     Option("--store", "the results store (SQLite); put it on local disk, not NFS/Lustre/GPFS", parse=_store,
@@ -426,6 +442,10 @@ class Settings:
     cache_images: int = _D["cache_images"]
     request_timeout: float = _D["request_timeout"]
     retries: int = _D["retries"]
+    give_up_after: float = _D["give_up_after"]
+    max_reply_bytes: int = _D["max_reply_bytes"]
+    max_answer_chars: int = _D["max_answer_chars"]
+    model_aliases: tuple[str, ...] = _D["model_aliases"]
     tag: str = _D["tag"]
     store: Path | None = _D["store"]
     store_recover: bool = _D["store_recover"]

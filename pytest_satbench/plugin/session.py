@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import os
+import queue
 import threading
 import uuid
 from collections import Counter
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 
 STORE_FAILED_EXIT = 7  # the results store failed: the run stopped asking (gates: 6)
+SERVERS_GONE_EXIT = 8  # no server answered for --give-up-after while requests failed
 
 
 class SatbenchSession:
@@ -66,6 +68,8 @@ class SatbenchSession:
         self._builtin: RunningServer | None = None
         self._outcomes: dict[str, str] = {}  # node id -> outcome, from runtest to its report
         self.store_failure: str | None = None  # the store stopped taking writes: the run stops
+        self.gave_up: str | None = None  # no server answered for --give-up-after: the run stops
+        self._server_lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # from request threads
         self._stopped = threading.Event()
         self._planned: dict[str, int] = {}
         self.interrupted = False
@@ -217,7 +221,8 @@ class SatbenchSession:
             box_grid=s.box_grid, iou=s.iou, blind=s.blind, fresh=s.fresh,
             concurrency=max(1, s.concurrency // workers), cache_images=s.cache_images,
             request_timeout=s.request_timeout, retries=s.retries, api_key=s.api_key,
-            judge_url=s.judge_url, judge_model=s.judge_model,
+            judge_url=s.judge_url, judge_model=s.judge_model, max_reply_bytes=s.max_reply_bytes,
+            max_answer_chars=s.max_answer_chars, model_aliases=s.model_aliases, on_server_state=self._server_state,
             allow_protocol_change=s.allow_protocol_change, repeat_orig=s.repeat_orig,
             repeat_keys=frozenset(self.repeat_keys), score_views=dict(self.score_views),
             process=str(workerinput.get("workerid", "main")),
@@ -225,6 +230,21 @@ class SatbenchSession:
             servers_shown=("builtin reference server",) if s.builtin_server else (),
             dataset_hashes=self.dataset_hashes, limit=s.limit, planned=self._planned,
         )
+
+    def _server_state(self, server: str, up: bool, reason: str) -> None:
+        # called on a request thread: the line is written by pytest's thread (`_say_server_states`)
+        self._server_lines.put(f"satbench: server {server} is {'back' if up else 'DOWN'}: {reason}")
+
+    def _say_server_states(self) -> None:
+        while True:
+            try:
+                line = self._server_lines.get_nowait()
+            except queue.Empty:
+                return
+            self._say(line)
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        self._say_server_states()
 
     def _builtin_server(self) -> RunningServer:
         if self._builtin is None:
@@ -287,6 +307,10 @@ class SatbenchSession:
             item.session.shouldstop = f"satbench: {failure}"
             self._outcomes[item.nodeid] = ERROR
             raise QuestionFailed(str(failure))
+        gave_up = self._runtime.doomed(self.settings.give_up_after)
+        if gave_up is not None and self.gave_up is None:
+            self.gave_up = gave_up
+            item.session.shouldstop = f"satbench: {gave_up}"
         outcome = classify(result)
         self._outcomes[item.nodeid] = outcome
         if outcome == ERROR:
@@ -333,6 +357,8 @@ class SatbenchSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Controller (or the only process), after every item: from the store's rows, the
         statistics, gates and reports, all through `core.results`."""
+        if self.gave_up is not None:
+            session.exitstatus = SERVERS_GONE_EXIT
         if self.store_failure is not None:
             session.exitstatus = STORE_FAILED_EXIT
         if self.is_worker or not self.store_path.exists():
@@ -404,6 +430,9 @@ class SatbenchSession:
             terminalreporter.write_line(f"satbench: report written to {folder}")
         if self.report_error:
             terminalreporter.write_line(f"satbench: writing reports failed: {self.report_error}", red=True)
+        self._say_server_states()
+        if self.gave_up:
+            terminalreporter.write_line(f"satbench: {self.gave_up} (exit status {SERVERS_GONE_EXIT})", red=True)
         if self.store_failure:
             terminalreporter.write_line(
                 f"satbench: {self.store_failure} (exit status {STORE_FAILED_EXIT})", red=True
@@ -421,7 +450,13 @@ class SatbenchSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        """Ctrl-C: one line instead of pytest's banner and the interrupted thread's frame."""
+        """Ctrl-C: one line instead of pytest's banner and the interrupted thread's frame. (A
+        run stopped by this plugin, `session.shouldstop`, arrives here too, as pytest's
+        `Interrupted`: its reason is already one line.)"""
+        from _pytest.main import Interrupted
+
+        if isinstance(excinfo.value, Interrupted):
+            return
         self.interrupted = True
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None and getattr(reporter, "_keyboardinterrupt_memo", None) is not None:
