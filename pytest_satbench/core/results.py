@@ -32,7 +32,8 @@ from pytest_satbench.core.labels import AVERAGE, OVERALL, OVERALL_ONLY, Aggregat
 from pytest_satbench.core.prompts import DEFAULT_STYLE, default_box_grid
 from pytest_satbench.core.question import ImageRef, Question, chance
 from pytest_satbench.core.records import AnswerRow, ServerTraffic
-from pytest_satbench.core.scoring import Score, ScoreOptions, score
+from pytest_satbench.core.judge import JUDGED_VIEW, judge_verdict, official_rules
+from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
 from pytest_satbench.core.stats import (
     AggregateStats,
     ArmOutcome,
@@ -248,6 +249,8 @@ def _score_question(
     views: dict[str, dict[str, float]] = {}
     empty_views: dict[str, float] | None = None
     for arm, row in rows.items():
+        if A.is_judge(arm):
+            continue  # a verdict on another arm's answer, not an answer (see _judged below)
         if row.status == "ok":
             sc = score(q, row.text or "", options)
             scores[arm] = sc
@@ -264,11 +267,27 @@ def _score_question(
             v = dict(empty_views)
         if v:
             views[arm] = v
+    _judged(q, rows, scores, views, options)
     # a raw type reported as OVERALL_ONLY counts in the overall figures only
     types = tuple(dict.fromkeys(t for t in map(reported_type, q.types) if t != OVERALL_ONLY)) if q.types else ("all",)
     ch = chance(q)
     return (QuestionResult(nodeid, q, types, rows, scores, ch),
             QuestionRecord(q.key, q.image.id, types, outcomes, ch, views))
+
+
+def _judged(q: Question, rows: Mapping[str, AnswerRow], scores: Mapping[str, Score],
+            views: dict[str, dict[str, float]], options: ScoreOptions) -> None:
+    """VRSBench's official protocol: where its rules leave an answer undecided and the run asked
+    the judge (`--judge`), the judge's verdict is the official view's value. Without a verdict
+    (no judge, or the judge failed: an error row) the value stays the rules' 0."""
+    if JUDGED_VIEW not in options.views or q.kind != "vqa":
+        return
+    for arm, value in views.items():
+        verdict = rows.get(A.judge_arm(arm))
+        if verdict is None or verdict.status != "ok" or arm not in scores or JUDGED_VIEW not in value:
+            continue
+        if official_rules(q.answer, final_answer(rows[arm].text or "")) is None:
+            value[JUDGED_VIEW] = float(judge_verdict(verdict.text or ""))
 
 
 def noise_floor(items: Iterable[QuestionResult]) -> NoiseFloor | None:

@@ -21,6 +21,21 @@ class DatasetError(Exception):
     """A dataset file or record is malformed. The message names the file and the record."""
 
 
+class RecordErrors(DatasetError):
+    """Some records of a file cannot be read at all; the rest can. Raised once the whole
+    file is read: `questions` are the readable records' questions, `failed` one (item key,
+    one-line message) per unreadable record, so each can fail alone. Its message is the
+    first failure's (and how many more), which is what a caller that treats any
+    `DatasetError` as "the benchmark fails" shows."""
+
+    def __init__(self, questions: list[Question], failed: list[tuple[str, str]]) -> None:
+        more = f" (and {len(failed) - 1} more unreadable record{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
+        super().__init__(failed[0][1] + more)
+        self.questions = questions
+        self.failed = failed
+
+
+
 @dataclass(frozen=True, slots=True)
 class LoadRequest:
     data_root: Path
@@ -59,6 +74,8 @@ class Benchmark:
     # and the names its paper gives the headline numbers and those views.
     score_views: frozenset[str] = frozenset()
     labels: Labels = Labels()
+    # the labels of a run that asked an LLM judge (`--judge`), where its protocol has one
+    judged_labels: Labels | None = None
 
     def missing(self, data_root: Path) -> list[Path]:
         """Required paths that are absent under `data_root` (empty list: all present)."""

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.labels import ANY_TYPE, NOTE, OVERALL_ONLY, Labels, ViewLabel
+from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.datasets._common import check_key, read_json
 from pytest_satbench.datasets.registry import (
     Benchmark,
     DatasetError,
     LoadRequest,
+    RecordErrors,
     all_benchmarks,
     register,
 )
@@ -142,20 +144,6 @@ def _flag(value: Any) -> bool | None:
     return True if s in _TRUE else False if s in _FALSE else None
 
 
-class RecordErrors(DatasetError):
-    """Some records of a file cannot be read at all; the rest can. Raised once the whole
-    file is read: `questions` are the readable records' questions, `failed` one (item key,
-    one-line message) per unreadable record, so each can fail alone. Its message is the
-    first failure's (and how many more), which is what a caller that treats any
-    `DatasetError` as "the benchmark fails" shows."""
-
-    def __init__(self, questions: list[Question], failed: list[tuple[str, str]]) -> None:
-        more = f" (and {len(failed) - 1} more unreadable record{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
-        super().__init__(failed[0][1] + more)
-        self.questions = questions
-        self.failed = failed
-
-
 # How the official scorer (lx709/VRSBench eval_fianl/compute_metrics.ipynb, referring cell)
 # reads a box: every run of digits, `re.findall(r'\d+', ...)`, so a sign is not part of it.
 # The released ground truths come from `poly2hbb` then `int(x * 100)` without clipping
@@ -264,6 +252,19 @@ VQA_LABELS = Labels(
     verdicts=((ANY_TYPE, "official"),),
     table="exact match per question type (%), not VRSBench's protocol (its rules give the figures below)",
 )
+# With --judge the rules' undecided answers get the judge's verdict: the published protocol
+# (the judge model is the user's choice, named in protocol.json).
+_JUDGED = "the published protocol: rules, then an LLM judge on the rest (protocol.json names the judge)"
+JUDGED_VQA_LABELS = replace(
+    VQA_LABELS,
+    overall=f"VRSBench All (question-weighted), {_JUDGED}",
+    average="VRSBench mean over the {types} question types, " + _JUDGED,
+    views=(ViewLabel(
+        "official",
+        "official: VRSBench's protocol (rules, then the LLM judge on the rest)",
+        "VRSBench official protocol (rules, then the LLM judge)",
+    ),),
+)
 # Grounding is reported as Acc@0.5 / Acc@0.7, split by whether the object is unique. The
 # mean of the Unique and Non-unique accuracies is no VRSBench figure: not labelled as one.
 REF_LABELS = Labels(
@@ -289,6 +290,7 @@ VRSBENCH = register(
         type_groups=VQA_TYPE_GROUPS,
         metric="official rules (no judge): mean of the 10 types and All; exact match per type",
         score_views=frozenset({"official"}),
+        judged_labels=JUDGED_VQA_LABELS,
         labels=VQA_LABELS,
     )
 )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import pytest
@@ -152,21 +152,30 @@ class ItemRunner(Protocol):
 SESSION_KEY = pytest.StashKey[ItemRunner]()
 
 
-def make_items(collector: pytest.Collector, name: str, questions: Iterable[Question]) -> list[QuestionItem]:
-    # pytest >= 9.2 keeps node ids structured (path, names, params); an item whose id is
-    # built from the name alone would never match the `[params]` that --lf parses back
-    # from its cache file, so the id is given explicitly, as parametrized functions do.
+def _node_ids(collector: pytest.Collector, name: str) -> Callable[[str], dict[str, Any]]:
+    """How each item's node id is given: pytest >= 9.2 keeps node ids structured (path, names,
+    params), and an item whose id is built from the name alone would never match the
+    `[params]` that --lf parses back from its cache file, so the id is given explicitly, as
+    parametrized functions do. Worked out once per benchmark, not per question."""
     base = getattr(collector, "id", None)
     if base is not None and hasattr(base, "with_params"):
-        node_id = type(base)
-        path, names = base.path, (*base.names, name)
-        return [
-            QuestionItem.from_parent(
-                collector, name=f"{name}[{q.key}]", nodeid=node_id(path=path, names=names, params=q.key), question=q
-            )
-            for q in questions
-        ]
-    return [QuestionItem.from_parent(collector, name=f"{name}[{q.key}]", question=q) for q in questions]
+        node_id, path, names = type(base), base.path, (*base.names, name)
+        return lambda key: {"nodeid": node_id(path=path, names=names, params=key)}
+    return lambda key: {}
+
+
+def make_items(collector: pytest.Collector, name: str, questions: Iterable[Question]) -> list[QuestionItem]:
+    ids = _node_ids(collector, name)
+    return [QuestionItem.from_parent(collector, name=f"{name}[{q.key}]", question=q, **ids(q.key)) for q in questions]
+
+
+def record_error_items(collector: pytest.Collector, name: str, failed: Iterable[tuple[str, str]]) -> list[DatasetErrorItem]:
+    """One failed item per unreadable record (`RecordErrors`), named like its question would be."""
+    ids = _node_ids(collector, name)
+    return [
+        DatasetErrorItem.from_parent(collector, name=f"{name}[{key}]", message=message, **ids(key))
+        for key, message in failed
+    ]
 
 
 # ---------------------------------------------------------------------- -k before loading

@@ -31,6 +31,7 @@ from pytest_satbench.plugin.items import (
     benchmark_of,
     keyword_could_match,
     make_items,
+    record_error_items,
 )
 from pytest_satbench.plugin.options import Settings
 from pytest_satbench.plugin.outcomes import ERROR, REGRESSED, classify, failure_message, regression_message, teststatus
@@ -105,7 +106,8 @@ class SatbenchSession:
 
     def _load(self, collector: pytest.Collector, name: str, bench: Any, root: Path) -> list[pytest.Item]:
         from pytest_satbench.datasets.cache import load_questions
-        from pytest_satbench.datasets.registry import DatasetError, LoadRequest
+        from pytest_satbench.core.labels import notes
+        from pytest_satbench.datasets.registry import DatasetError, LoadRequest, RecordErrors
         from pytest_satbench.datasets.selection import repeat_sample
 
         # Loading and building 222k items allocates millions of objects that all live to the
@@ -114,10 +116,15 @@ class SatbenchSession:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
+            unreadable: list[tuple[str, str]] = []
             try:
                 questions = load_questions(bench, LoadRequest(root, self.settings.limit), self._cache_dir("satbench-data"))
+            except RecordErrors as exc:  # some records cannot be read: each fails alone
+                questions, unreadable = list(exc.questions), list(exc.failed)
             except DatasetError as exc:
                 return [DatasetErrorItem.from_parent(collector, name=name, message=str(exc))]
+            for line in notes(questions):
+                self._say(f"satbench: {bench.name}: {line}")
             if self.settings.servers or self.settings.builtin_server:
                 from pytest_satbench.engine.provenance import dataset_hashes
 
@@ -125,7 +132,7 @@ class SatbenchSession:
             self.score_views[bench.name] = bench.score_views
             if self.settings.repeat_orig:
                 self.repeat_keys |= repeat_sample(questions, self.settings.repeat_sample)
-            return list(make_items(collector, name, questions))
+            return [*make_items(collector, name, questions), *record_error_items(collector, name, unreadable)]
         finally:
             if gc_was_enabled:
                 gc.enable()

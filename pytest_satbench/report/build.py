@@ -12,7 +12,12 @@ from typing import Any
 
 from pytest_satbench.core import arms as A
 from pytest_satbench.core.records import AnswerRow
-from pytest_satbench.core.results import BenchmarkResult, Labels, benchmark_results, score_options
+from pytest_satbench.core.results import (
+    BenchmarkResult,
+    Labels,
+    benchmark_results,
+    score_options,
+)
 from pytest_satbench.engine.store import ResultStore
 
 __all__ = ["collect", "token_curve"]
@@ -37,10 +42,18 @@ def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: in
             bench, run_id, str(run["tag"]), protocol, _with_sizes(by_bench[bench], protocol),
             options=score_options(protocol, declared.score_views if declared else frozenset()),
             reported_type=declared.reported_type if declared else (lambda raw: raw),
-            labels=declared.labels if declared else Labels(),
+            labels=_labels(declared, protocol),
             traffic=traffic, iterations=iterations, seed=seed,
         ))
     return out
+
+
+def _labels(declared: Any, protocol: Mapping[str, Any]) -> Labels:
+    if declared is None:
+        return Labels()
+    if protocol.get("judge") and declared.judged_labels is not None:
+        return declared.judged_labels  # the run asked a judge: the published protocol
+    return declared.labels
 
 
 def _declared(bench: str) -> Any:

@@ -41,4 +41,4 @@ def test_ctrl_c_is_one_line_and_a_rerun_resumes(tmp_path: Path) -> None:
     conn.close()
     assert runs[0] == (None,) and runs[1][0] is not None  # the interrupted run is not marked finished
     assert rerun.returncode == 0 and answered == 200
-    assert total <= 200 + 4  # over both runs: nothing asked twice but what was in flight at Ctrl-C
+    assert asked >= 20 and total <= 200 + 4  # over both runs: nothing asked twice but what was in flight
