@@ -141,6 +141,10 @@ class BenchmarkResult:
     noise_floor: NoiseFloor | None
     figures: dict[str, AggregateStats] = field(default_factory=dict)  # by figure name, headline first
     notes: list[str] = field(default_factory=list)  # the loader's notes, counted
+    # questions the run set out to answer (its protocol's `planned`) that never ran: not in
+    # any figure; and whether the run ended unfinished (Ctrl-C, a stop, still running)
+    not_run: int = 0
+    unfinished: bool = False
 
     def declared_figures(self) -> tuple[Aggregate, ...]:
         """The benchmark's figures with their labels, headline first (`Labels.figures`),
@@ -201,6 +205,7 @@ def benchmark_results(
     traffic: Mapping[str, ServerTraffic] | None = None,
     iterations: int = 1000,
     seed: int = 0,
+    unfinished: bool = False,
 ) -> BenchmarkResult:
     """Score, count and summarise one benchmark of a run from its stored rows:
     `stored` is (node id, question record, {arm: row}) per question, as the store gives it."""
@@ -229,6 +234,7 @@ def benchmark_results(
         views=views, usage=usage_of(items, list(stats.arms), run_id, traffic or {}),
         score_options=options, labels=labels, noise_floor=noise_floor(items),
         figures=figures, notes=notes(it.question for it in items),
+        not_run=max(0, int((protocol.get("planned") or {}).get(benchmark, 0)) - len(items)), unfinished=unfinished,
     )
 
 

@@ -27,6 +27,9 @@ def render(result: BenchmarkResult, width: int = 80) -> list[str]:
         lines.append("")
         for note in result.notes:
             lines += F.prose(f"loading: {note}", width)
+    if result.not_run or result.unfinished:
+        lines.append("")
+        lines += F.prose(not_run_line(result), width)
     floor = result.noise_floor
     if floor is not None:
         lines += F.prose(
@@ -39,6 +42,13 @@ def render(result: BenchmarkResult, width: int = 80) -> list[str]:
 
 def _cell(x: float | None) -> str:
     return F.percent(x)
+
+
+def not_run_line(result: BenchmarkResult) -> str:
+    """What an incomplete run says of itself (terminal and reports)."""
+    head = "run unfinished (interrupted or stopped)" if result.unfinished else "run incomplete"
+    return (f"{head}: {result.not_run} of the {result.not_run + len(result.items)} questions selected never ran "
+            "and are in no figure here; rerun the same command to ask them")
 
 
 def render_stats(st: BenchmarkStats, width: int = 80) -> list[str]:

@@ -393,14 +393,14 @@ class SatbenchSession:
 
         if not any(r["run_id"] == self.run_id for r in store.runs(self.settings.tag)):
             return  # no question ran in this run
+        if not (self.interrupted or self.gave_up or self.store_failure):
+            store.finish_run(self.run_id)  # an interrupted or stopped run stays unfinished, and says so
         self.results = collect(store, self.run_id, iterations=self.settings.bootstrap)
         if not self.results:
             return
         self.gate_results = gates.evaluate(list(self.settings.gates), {r.benchmark: r.stats for r in self.results})
         if any(not g.passed for g in self.gate_results) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = gates.GATE_FAILED_EXIT
-        if not self.interrupted:  # an interrupted run stays unfinished in the store (and its reports say so)
-            store.finish_run(self.run_id)
         if self.settings.reports:
             self.report_dirs = self._write_reports(store)
 

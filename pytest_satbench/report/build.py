@@ -43,7 +43,7 @@ def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: in
             options=score_options(protocol, declared.score_views if declared else frozenset()),
             reported_type=declared.reported_type if declared else (lambda raw: raw),
             labels=_labels(declared, protocol),
-            traffic=traffic, iterations=iterations, seed=seed,
+            traffic=traffic, iterations=iterations, seed=seed, unfinished=run["finished"] is None,
         ))
     return out
 

@@ -34,6 +34,8 @@ def test_ctrl_c_is_one_line_and_a_rerun_resumes(tmp_path: Path) -> None:
         total = srv.chat_requests
     assert run.returncode == 2, out
     assert "satbench: interrupted; every answer received so far is stored" in out
+    joined = out.replace("\n  ", " ")  # wrapped sentences of the summary
+    assert "run unfinished (interrupted or stopped): " in joined and " of the 200 questions selected never ran" in joined
     assert "Traceback" not in out and "threading.py" not in out and "KeyboardInterrupt" not in out, out
     conn = sqlite3.connect(store)
     runs = conn.execute("SELECT finished FROM runs ORDER BY started").fetchall()
