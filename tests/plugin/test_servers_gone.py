@@ -46,6 +46,7 @@ def test_a_server_that_dies_mid_run_ends_the_run_in_bounded_time(tmp_path: Path)
     finally:
         server.kill()
     assert run.returncode == SERVERS_GONE_EXIT, out[-3000:]
+    print(f"stopped {took:.1f} s after the kill")
     assert took < 60, took  # not the hour a 1,000-question run of slow failures would take
     assert f"satbench: server {url} is DOWN" in out
     gone = [line for line in out.splitlines() if "no server has answered for" in line]
