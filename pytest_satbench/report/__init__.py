@@ -1,5 +1,6 @@
 """Run reports: `reports/<benchmark>/<tag>/` with summary.json, per_type.csv,
-predictions.jsonl, protocol.json, report.md and a self-contained report.html.
+answer_classes.csv, answer_transitions.csv, predictions.jsonl, protocol.json, report.md and a
+self-contained report.html.
 
 Written by the plugin at the end of a run and on demand from the store
 (`python -m pytest_satbench.report`). Everything is rebuilt from the store: answers are
@@ -14,9 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_satbench.core.analysis import analyse
+from pytest_satbench.core.results import BenchmarkResult
 from pytest_satbench.engine.store import ResultStore
 from pytest_satbench.report import content, files, html, markdown
-from pytest_satbench.core.results import BenchmarkResult
 from pytest_satbench.report.build import collect
 from pytest_satbench.report.gallery import MAX_GALLERY, build_gallery
 
@@ -64,11 +66,13 @@ def _write_one(data: BenchmarkResult, out_root: Path, gates: list[dict[str, Any]
     folder.mkdir(parents=True, exist_ok=True)
     gallery, total = build_gallery(data, recon_cache, gallery_limit)
     protocol = files.protocol_dict(data)
+    answers = analyse(data)  # once: summary.json, the two CSVs and the documents share it
     files.write_json(folder / "protocol.json", protocol)
-    files.write_json(folder / "summary.json", files.summary_dict(data, gates, total, gallery))
+    files.write_json(folder / "summary.json", files.summary_dict(data, gates, total, gallery, answers))
     files.write_per_type_csv(folder / "per_type.csv", data)
+    files.write_answer_csvs(folder / "answer_classes.csv", folder / "answer_transitions.csv", answers)
     files.write_predictions(folder / "predictions.jsonl", data)
-    doc = content.build(data, protocol, gates, gallery, total)
+    doc = content.build(data, protocol, gates, gallery, total, answers=answers)
     _atomic_text(folder / "report.md", markdown.to_markdown(doc))
     _atomic_text(folder / "report.html", html.to_html(doc))
     return folder

@@ -3,7 +3,9 @@
 Every arm is named by `core.arms.arm_labels` (the terminal's labels, e.g. `tok48`,
 `jpeg:q10`), with the full spec in a legend under the first tables, and every number is
 written by `core.formatting`, so a figure reads the same in the terminal, report.md and
-report.html.
+report.html. The answer-level section is `core.analysis`'s (confusion, per-class recall,
+balanced accuracy, majority baseline, orig -> recon transitions); an incomplete run is said
+with `core.text_summary.not_run_line`, the terminal's sentence.
 """
 
 from __future__ import annotations
@@ -11,11 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_satbench.core import analysis as AN
 from pytest_satbench.core import arms as A
 from pytest_satbench.core import formatting as F
-from pytest_satbench.core.results import BenchmarkResult, ServerUsage, aggregate_views, figure_key
+from pytest_satbench.core.results import (
+    BenchmarkResult,
+    ServerUsage,
+    aggregate_views,
+    figure_key,
+)
 from pytest_satbench.core.stats import GroupStats
-from pytest_satbench.core.text_summary import render_stats
+from pytest_satbench.core.text_summary import not_run_line, render_stats
 from pytest_satbench.report import plots
 from pytest_satbench.report.build import token_curve
 from pytest_satbench.report.document import (
@@ -29,6 +37,7 @@ from pytest_satbench.report.document import (
     Gallery,
     Heading,
     Inline,
+    Notice,
     Paragraph,
     Preformatted,
     Rich,
@@ -37,6 +46,7 @@ from pytest_satbench.report.document import (
     cell,
     rich,
 )
+from pytest_satbench.report.files import clipped_by_arm, limited
 from pytest_satbench.report.gallery import Entry
 
 __all__ = ["build"]
@@ -46,6 +56,14 @@ __all__ = ["build"]
 QUESTION_CHARS = 160
 CARD_QUESTION_CHARS = 300
 CARD_ANSWER_CHARS = 120
+# The answer section at RSVQA-HR scale (4 types, counts and areas with many classes): a
+# confusion table per type for orig (core.analysis keeps its top classes, pools the rest);
+# for every arm where the type has this few rows (yes/no, rural/urban); the largest moves
+# per type and reconstruction arm.
+CONFUSION_ALL_ARMS_ROWS = 3
+TRANSITIONS_SHOWN = 10
+CLASS_CHARS = 24  # an answer class as a column header (open answers can be sentences)
+_COMPUTE: Any = object()  # build's `answers` default: analyse the result here
 
 
 def _percent(x: float | None) -> str:
@@ -92,14 +110,21 @@ def _text(header: str | Rich) -> Column:
 
 
 def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Mapping[str, Any]] | None,
-          gallery: Sequence[Entry], gallery_total: int) -> Document:
+          gallery: Sequence[Entry], gallery_total: int, *, answers: AN.AnswerAnalysis | None = _COMPUTE) -> Document:
     """The report of one benchmark of a run. `protocol` is protocol.json's content;
-    `gallery` the first regressed questions with their thumbnails, of `gallery_total`."""
+    `gallery` the first regressed questions with their thumbnails, of `gallery_total`;
+    `answers` the result's `core.analysis.analyse` when the caller has it (None: no answer
+    classes, grounding only)."""
     st = data.stats
     arms = list(st.arms)
     labels, _ = A.arm_labels(arms)
+    if answers is _COMPUTE:
+        answers = AN.analyse(data)
     doc = Document(f"satbench report: {data.benchmark} / {data.tag}")
     doc.add(Heading(1, rich(f"{data.benchmark} — {data.tag}")))
+    if data.not_run or data.unfinished:
+        line = not_run_line(data)
+        doc.add(Notice(rich(line[:1].upper() + line[1:] + ".")))
     doc.add(*_intro(data, protocol, labels))
     doc.add(Heading(2, rich("Gates")), _gates(gates))
     doc.add(*_accuracy(data, labels))
@@ -108,13 +133,14 @@ def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Ma
     doc.add(*_figures(data, labels))
     doc.add(*_views(data, labels))
     doc.add(*_tokens(data))
+    doc.add(*_answers(data, answers, labels))
     doc.add(*_noise_floor(data))
     doc.add(*_usage(data, labels))
     doc.add(*_regressed(gallery, gallery_total, labels))
     doc.add(Heading(2, rich("Terminal summary")), Preformatted(tuple(render_stats(st))))
     doc.add(Paragraph(rich(
         "Files: ", Code("summary.json"), " (all numbers), ", Code("per_type.csv"), ", ",
-        Code("predictions.jsonl"), " (every answer), ", Code("protocol.json"), " (what was measured), ",
+        Code("answer_classes.csv"), ", ", Code("answer_transitions.csv"), ", ", Code("predictions.jsonl"), " (every answer), ", Code("protocol.json"), " (what was measured), ",
         Code("report.html"), " (plots and the gallery).",
     )))
     return doc
@@ -126,6 +152,7 @@ def _groups(data: BenchmarkResult) -> list[tuple[str, GroupStats]]:
 
 def _intro(data: BenchmarkResult, protocol: Mapping[str, Any], labels: Mapping[str, str]) -> list[Paragraph]:
     st = data.stats
+    limit = limited(data)
     return [
         Paragraph(rich(
             "Model ", Code(str(protocol.get("model"))), " (as returned by the servers: ",
@@ -133,6 +160,10 @@ def _intro(data: BenchmarkResult, protocol: Mapping[str, Any], labels: Mapping[s
             f"{len(data.items)} questions on {st.overall.n_images} images; arms: ",
             _list([(Code(labels[a]),) for a in st.arms]), ".",
         )),
+        *([Paragraph(rich(
+            f"Limited run (--limit {limit}): a sample of {len(data.items)} questions with each question type in "
+            "proportion to its size (at least one per type, fixed seed), so overall accuracy estimates the full "
+            "run's; per-type figures rest on fewer questions."))] if limit else []),
         Paragraph(rich(
             "Prompt style ", Code(str(protocol.get("prompt_style"))), f", sampling {protocol.get('sampling')}, "
             "box grid ", Code(str(data.score_options.box_grid)), ", IoU ", Code(str(data.score_options.iou)),
@@ -343,11 +374,124 @@ def _usage(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
     if u.errors:
         errors = rich(errors, " (", _list([(Code(labels.get(a, a)), f": {n}") for a, n in u.errors_by_arm.items()]), ")")
     out.append(Paragraph(rich(errors, ".")))
+    clipped = clipped_by_arm(data)
+    clip: Rich = rich(f"Answers clipped at --max-answer-chars (scored on the text kept): {sum(clipped.values())}")
+    if clipped:
+        clip = rich(clip, " (", _list([(Code(labels.get(a, a)), f": {n}") for a, n in clipped.items()]), ")")
+    out.append(Paragraph(rich(clip, ".")))
     toks = {a: t for a, t in u.image_tokens.items() if t is not None}
     if toks:
         out.append(Paragraph(rich(
             "Mean image tokens per image: ",
             _list([(Code(labels.get(a, a)), f": {F.number(t, 'g')}") for a, t in toks.items()]), ".")))
+    return out
+
+
+def _class(c: str) -> str:
+    return c if len(c) <= CLASS_CHARS else c[: CLASS_CHARS - 1] + "…"
+
+
+def _answers(data: BenchmarkResult, answers: AN.AnswerAnalysis | None, labels: Mapping[str, str]) -> list[Block]:
+    """Answers: what the model says. Per type the majority baseline beside the random one and
+    each arm's balanced accuracy; a confusion table per type (a heat map in HTML); then how
+    each reconstruction moves answers from one class to another."""
+    if answers is None:
+        return []
+    st = data.stats
+    arms = [a for a in st.arms if any(a in ta.by_arm for ta in answers.by_type.values())]
+    out: list[Block] = [
+        Heading(2, rich("Answers: what the model says")),
+        Paragraph(rich(
+            "Accuracy says how often the model is right, not whether it tells the answers apart. Per type: the "
+            "majority baseline (every question answered with the type's most frequent ground truth) beside the "
+            "uniform-random reference, and each arm's balanced accuracy, the mean of the per-class recalls (the "
+            "share of each ground-truth answer answered right): answering \"no\" to every yes/no question scores "
+            "50% whatever the split. Answer classes are the scorer's normalised answers (letters for multiple "
+            f"choice); a type shows its {AN.TOP} most frequent ground-truth answers, the rest pooled as ",
+            Code(AN.OTHER), "; ", Code(AN.UNREADABLE), " is no interpretable answer (API errors included). Every "
+            "class per arm in ", Code("answer_classes.csv"), ".")),
+    ]
+    rows = []
+    for t, ta in answers.by_type.items():
+        chance = st.by_type[t].chance if t in st.by_type else None
+        n_classes = max((len(a.recall) for a in ta.by_arm.values()), default=0)
+        rows.append((cell(t), cell(str(ta.n)), cell(str(n_classes)), cell(_class(ta.majority_answer)),
+                     cell(_percent(ta.majority_accuracy)),
+                     cell(_percent(chance.accuracy) if chance is not None and chance.n_defined else F.MISSING),
+                     *(cell(_percent(ta.by_arm[a].balanced_accuracy) if a in ta.by_arm else F.MISSING) for a in arms)))
+    chance = st.overall.chance
+    rows.append((cell("overall"), cell(str(len([it for it in data.items if it.question.kind != "ref"]))), cell(F.MISSING),
+                 cell(F.MISSING), cell(_percent(answers.majority_accuracy)),
+                 cell(_percent(chance.accuracy) if chance.n_defined else F.MISSING), *(cell(F.MISSING) for _ in arms)))
+    out.append(Table((_text("type"), _num("n"), _num("classes"), _text("majority answer"), _num("majority baseline"),
+                      _num("random"), *(_num(rich("balanced ", Code(labels[a]))) for a in arms)), tuple(rows)))
+    for t, ta in answers.by_type.items():
+        out += _confusion(t, ta, arms, labels)
+    out += _transitions(answers, labels)
+    return out
+
+
+def _confusion(qtype: str, ta: AN.TypeAnswers, arms: Sequence[str], labels: Mapping[str, str]) -> list[Block]:
+    """One type's ground truth x answer counts, shaded by the share of their row: orig's,
+    and every arm's when the type has few classes."""
+    first = A.ORIG if A.ORIG in ta.by_arm else next(iter(ta.by_arm), None)
+    if first is None:
+        return []
+    conf = ta.by_arm[first].confusion
+    small = len(conf.rows) <= CONFUSION_ALL_ARMS_ROWS
+    shown = [a for a in arms if a in ta.by_arm] if small else [first]
+    body: list[tuple[Cell, ...]] = []
+    for arm in shown:
+        a = ta.by_arm[arm]
+        recall = {r.answer: r for r in a.recall}
+        for truth, counts in zip(a.confusion.rows, a.confusion.counts, strict=True):
+            total = sum(counts)
+            if truth == AN.OTHER:  # pooled: the classes not shown
+                pooled = [r for r in a.recall if r.answer not in a.confusion.rows]
+                n, k = sum(r.n for r in pooled), sum(r.correct for r in pooled)
+            else:
+                n, k = (recall[truth].n, recall[truth].correct) if truth in recall else (0, 0)
+            body.append((
+                *((cell(Code(labels[arm])),) if small else ()), cell(_class(truth)), cell(str(total)),
+                *(cell(str(c), shade=c / total if total else None) for c in counts),
+                cell(_percent(k / n) if n else F.MISSING),
+            ))
+    columns = (*((_text("arm"),) if small else ()), _text("ground truth"), _num("n"),
+               *(_num(_class(c)) for c in conf.columns), _num("recall"))
+    which = rich("every arm") if small else rich(Code(labels[first]))
+    return [
+        Heading(3, rich(f"{qtype}: ground truth x answer, ", which)),
+        Table(columns, tuple(body)),
+    ]
+
+
+def _transitions(answers: AN.AnswerAnalysis, labels: Mapping[str, str]) -> list[Block]:
+    moves = [(t, arm, xs) for t, ta in answers.by_type.items() for arm, xs in ta.transitions.items()]
+    if not moves:
+        return []  # no reconstruction arm
+    out: list[Block] = [
+        Heading(3, rich("How each reconstruction changes answers")),
+        Paragraph(rich(
+            f"Per type and reconstruction arm, the {TRANSITIONS_SHOWN} largest moves of an answer from its class on ",
+            Code(A.ORIG), " to another on the reconstruction (questions both arms have; a move between two pooled "
+            "classes stays inside ", Code(AN.OTHER), " and is not counted); a type and arm not listed changed no "
+            "answer. Every move in ", Code("answer_transitions.csv"), ".")),
+    ]
+    rows: list[tuple[Cell, ...]] = []
+    for t, arm, xs in moves:
+        for x in xs[:TRANSITIONS_SHOWN]:
+            rows.append((cell(t), cell(Code(labels.get(arm, arm))), cell(_class(x.before)), cell(_class(x.after)),
+                         cell(str(x.count))))
+        rest = xs[TRANSITIONS_SHOWN:]
+        if rest:
+            others = f"{len(rest)} other move" + ("s" if len(rest) != 1 else "")
+            rows.append((cell(t), cell(Code(labels.get(arm, arm))), cell(others), cell(""),
+                         cell(str(sum(x.count for x in rest)))))
+    if not rows:
+        out.append(Paragraph(rich("No answer changed class on any reconstruction.")))
+        return out
+    out.append(Table((_text("type"), _text("arm"), _text(rich(Code(A.ORIG), " answer")), _text("reconstruction answer"),
+                      _num("count")), tuple(rows)))
     return out
 
 

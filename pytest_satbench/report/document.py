@@ -6,9 +6,10 @@ a table is a table in both (columns with their alignment, cells with their statu
 escaping happens once per output format, at the end, on text that is still plain.
 
 Text is kept plain here: `Code` marks an inline code span instead of backticks, a `Cell`
-carries PASS/FAIL as a status instead of a string for a renderer to recognise. Blocks that
+carries PASS/FAIL as a status instead of a string for a renderer to recognise, and a heat-map
+shade (a confusion table's share of its row) as a number that only HTML draws. Blocks that
 only HTML can show (plots, the gallery's images) are their own types, which the Markdown
-renderer skips.
+renderer skips; a `Notice` is a paragraph both outputs set apart (an incomplete run).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Literal, TypeAlias
 
 __all__ = [
     "Block", "Card", "Cell", "Code", "Column", "Document", "Figure", "Gallery", "Heading",
-    "Inline", "Paragraph", "Preformatted", "Rich", "Status", "Table", "Thumbnail", "cell", "rich",
+    "Inline", "Notice", "Paragraph", "Preformatted", "Rich", "Status", "Table", "Thumbnail", "cell", "rich",
 ]
 
 Status = Literal["pass", "fail"]
@@ -62,6 +63,14 @@ class Paragraph:
 
 
 @dataclass(frozen=True, slots=True)
+class Notice:
+    """A paragraph the reader must not miss (the run is incomplete): a quoted, bold
+    paragraph in Markdown, a framed one in HTML."""
+
+    text: Rich
+
+
+@dataclass(frozen=True, slots=True)
 class Column:
     header: Rich
     # numeric columns are right-aligned in both outputs, so digits line up
@@ -72,13 +81,21 @@ class Column:
 class Cell:
     content: Rich
     status: Status | None = None  # a gate's verdict: coloured in HTML
+    # a heat map's intensity, 0..1 (a confusion count over its row's total): the cell's
+    # background in HTML; Markdown has no colour and shows the number alone
+    shade: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.shade is not None and not 0.0 <= self.shade <= 1.0:
+            raise ValueError(f"shade {self.shade!r} outside 0..1")
 
 
-def cell(x: Cell | Inline | Sequence[Inline] | None, status: Status | None = None) -> Cell:
+def cell(x: Cell | Inline | Sequence[Inline] | None, status: Status | None = None,
+         shade: float | None = None) -> Cell:
     """A cell from a string, a code span or inline parts (None: an empty cell)."""
     if isinstance(x, Cell):
         return x
-    return Cell(rich(x), status)
+    return Cell(rich(x), status, shade)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +154,7 @@ class Gallery:
     cards: tuple[Card, ...]
 
 
-Block: TypeAlias = Heading | Paragraph | Table | Preformatted | Figure | Gallery
+Block: TypeAlias = Heading | Paragraph | Notice | Table | Preformatted | Figure | Gallery
 
 
 @dataclass(slots=True)

@@ -1,4 +1,5 @@
-"""The machine-readable files: summary.json, per_type.csv, predictions.jsonl, protocol.json."""
+"""The machine-readable files: summary.json, per_type.csv, answer_classes.csv,
+answer_transitions.csv, predictions.jsonl, protocol.json."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_satbench import __version__
+from pytest_satbench.core import analysis as AN
 from pytest_satbench.core.redact import redact
 from pytest_satbench.core.results import BenchmarkResult, aggregate_views, figure_key
 from pytest_satbench.report.gallery import Entry
@@ -24,6 +26,11 @@ CSV_HEADER = (
     + ["delta_pp", "delta_ci_low_pp", "delta_ci_high_pp", "n_pairs", "regressed", "improved", "mcnemar_p", "pair_errors", "delta_both_ok_pp"]
     + ["mean_image_tokens", "label"]
 )
+# answer_classes.csv / answer_transitions.csv: the rows of core.analysis, in this order (a
+# benchmark without answer classes, grounding only, gets the header alone)
+CLASSES_HEADER = ("type", "arm", "answer", "n", "correct", "recall", "balanced_accuracy",
+                  "majority_answer", "majority_accuracy")
+TRANSITIONS_HEADER = ("type", "arm", "orig_answer", "recon_answer", "count")
 
 
 def _clean(v: Any) -> Any:
@@ -46,19 +53,40 @@ def write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gallery_total: int, gallery: list[Entry]) -> dict[str, Any]:
+def clipped_by_arm(data: BenchmarkResult) -> dict[str, int]:
+    """Answers whose text was clipped at --max-answer-chars, per arm (arms with none left out)."""
+    out: dict[str, int] = {}
+    for it in data.items:
+        for arm, row in it.rows.items():
+            if row.status == "ok" and row.clipped:
+                out[arm] = out.get(arm, 0) + 1
+    return out
+
+
+def limited(data: BenchmarkResult) -> int | None:
+    """The run's --limit, None when it ran every question (0 keeps all, as no limit)."""
+    return data.protocol.get("limit") or None
+
+
+def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gallery_total: int, gallery: list[Entry],
+                 analysis: AN.AnswerAnalysis | None = None) -> dict[str, Any]:
     st = data.stats
+    clipped = clipped_by_arm(data)
     return {
         "benchmark": data.benchmark,
         "tag": data.tag,
         "run_id": data.run_id,
         "model": data.protocol.get("model"),
         "questions": len(data.items),
+        "limited": limited(data),
+        "not_run": data.not_run,
+        "unfinished": data.unfinished,
         "arms": list(st.arms),
         "statistics": st.to_dict(),
         "aggregate_views": aggregate_views(data),
         "notes": list(data.notes),
-        "usage": asdict(data.usage),
+        "usage": {**asdict(data.usage), "clipped": sum(clipped.values()), "clipped_by_arm": clipped},
+        "answer_analysis": AN.to_dict(analysis) if analysis is not None else None,
         "noise_floor": data.noise_floor.to_dict() if data.noise_floor else None,
         "gates": gates if gates else [],
         "gates_note": None if gates else "no gates",
@@ -99,6 +127,21 @@ def write_per_type_csv(path: Path, data: BenchmarkResult) -> None:
                     pair = [p.delta, p.ci_low, p.ci_high, p.n_pairs] + [""] * 5 if p else [""] * 9
                     row = [figure_key(agg), arm, fs.n_images] + [acc.get(f, "") for f in ACC_FIELDS] + [""] + pair + ["", agg.label]
                     w.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
+
+
+def write_answer_csvs(classes: Path, transitions: Path, analysis: AN.AnswerAnalysis | None) -> None:
+    """answer_classes.csv (per type, arm and ground-truth class: recall, with the type's
+    balanced accuracy and majority baseline) and answer_transitions.csv (per type,
+    reconstruction arm and changed answer: how many moved from the original's class)."""
+    for path, header, rows in (
+        (classes, CLASSES_HEADER, AN.recall_rows(analysis) if analysis else ()),
+        (transitions, TRANSITIONS_HEADER, AN.transition_rows(analysis) if analysis else ()),
+    ):
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=header, extrasaction="raise")
+            w.writeheader()
+            for row in rows:
+                w.writerow({k: "" if v is None or (isinstance(v, float) and math.isnan(v)) else v for k, v in row.items()})
 
 
 def write_predictions(path: Path, data: BenchmarkResult) -> int:

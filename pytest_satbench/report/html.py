@@ -2,7 +2,8 @@
 file (no external CSS, JS, fonts or images: it must open from an archive or a CI artifact).
 
 Rendered from the Document itself, never from report.md: alignment comes from a column's
-declared kind, colour from a cell's status, and every text (question texts and answers are
+declared kind, colour from a cell's status, a heat-map cell's background from its shade
+(an inline style, the one style attribute written), and every text (question texts and answers are
 user data) is escaped once, here.
 """
 
@@ -20,6 +21,7 @@ from pytest_satbench.report.document import (
     Figure,
     Gallery,
     Heading,
+    Notice,
     Paragraph,
     Preformatted,
     Rich,
@@ -35,6 +37,7 @@ table{border-collapse:collapse;font-size:12.5px;margin:8px 0}td,th{border:1px so
 th{background:#f3f3f3;text-align:left}.num{text-align:right;font-variant-numeric:tabular-nums}td.num{white-space:nowrap}
 code{background:#f4f4f4;padding:0 3px;border-radius:3px;font-size:12px}pre{background:#f7f7f7;padding:8px;overflow-x:auto;font-size:11.5px}
 .pass{color:#fff;background:#2e7d32;font-weight:bold}.fail{color:#fff;background:#c62828;font-weight:bold}
+.notice{border:2px solid #c62828;background:#fdecea;padding:6px 10px;font-weight:bold}
 .plot{display:block;margin:10px 0;max-width:100%;height:auto}
 .gallery{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:14px}
 .card{border:1px solid #ccc;border-radius:6px;padding:8px}.card .q{font-size:13px;margin-bottom:6px}
@@ -61,8 +64,23 @@ def _th(c: Column) -> str:
     return f"<th{_classes('num' if c.align == 'numeric' else None)}>{_inline(c.header)}</th>"
 
 
+# heat-map cells: one blue, its opacity the shade (0: none); white text where it is dark
+HEAT_RGB = (31, 119, 180)
+HEAT_MAX_ALPHA = 0.85
+
+
+def _shade(shade: float | None) -> str:
+    if shade is None:
+        return ""
+    alpha = HEAT_MAX_ALPHA * min(max(shade, 0.0), 1.0)
+    r, g, b = HEAT_RGB
+    ink = ";color:#fff" if alpha > 0.5 else ""
+    return f' style="background-color:rgba({r},{g},{b},{alpha:.3f}){ink}"'
+
+
 def _td(c: Cell, col: Column) -> str:
-    return f"<td{_classes('num' if col.align == 'numeric' else None, c.status)}>{_inline(c.content)}</td>"
+    return (f"<td{_classes('num' if col.align == 'numeric' else None, c.status)}{_shade(c.shade)}>"
+            f"{_inline(c.content)}</td>")
 
 
 def _table(t: Table) -> str:
@@ -97,6 +115,8 @@ def _block(b: Block) -> str:
         return f"<h{level}>{_inline(b.text)}</h{level}>"
     if isinstance(b, Paragraph):
         return f"<p>{_inline(b.text)}</p>"
+    if isinstance(b, Notice):
+        return f'<p class="notice">{_inline(b.text)}</p>'
     if isinstance(b, Table):
         return _table(b)
     if isinstance(b, Preformatted):

@@ -18,6 +18,7 @@ from pytest_satbench.report.document import (
     Figure,
     Gallery,
     Heading,
+    Notice,
     Paragraph,
     Preformatted,
     Rich,
@@ -74,6 +75,7 @@ def _table(t: Table) -> list[str]:
         "|" + "".join("---:|" if c.align == "numeric" else "---|" for c in t.columns),
     ]
     # the status is in the cell's text already (PASS/FAIL): Markdown has no colour for it
+    # nor for a heat map's shade: the count it shades is the cell's text
     lines += [row([_inline(c.content, True) for c in r]) for r in t.rows]
     return lines
 
@@ -88,6 +90,8 @@ def _block(b: Block) -> list[str]:
         return ["#" * b.level + " " + _inline(b.text)]
     if isinstance(b, Paragraph):
         return [_inline(b.text)]
+    if isinstance(b, Notice):  # `*` in the text is escaped, so the only emphasis is ours
+        return ["> **" + _inline(b.text).strip() + "**"]
     if isinstance(b, Table):
         return _table(b)
     if isinstance(b, Preformatted):
