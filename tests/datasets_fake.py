@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -134,6 +135,60 @@ def write_rsvqa(
     add(first_img_id, types[0], "Is there an inactive question?", "no", False)
     qpath = base / f"{prefix}_split_{split}_questions.json"
     apath = base / f"{prefix}_split_{split}_answers.json"
+    qpath.write_text(json.dumps({"questions": questions}))
+    apath.write_text(json.dumps({"answers": answers}))
+    return Written(root, [qpath, apath], images, expected,
+                   extra={"folder": base, "image_dir": base / image_dir})
+
+
+
+def write_rsvqa_counts(
+    root: Path,
+    counts: dict[str, int],
+    *,
+    which: Literal["lr", "hr"] = "lr",
+    n_images: int = 10,
+    image_size: int = 16,
+    first_img_id: int = 10,
+    stubs: int = 3,
+    answer: Callable[[str, int], str] | None = None,
+) -> Written:
+    """An RSVQA-LR / -HR test split with exactly `counts[type]` active questions of each type
+    (types of the split only; a type left out gets none), spread round-robin over `n_images`
+    small images (`image_size` px, to keep a run of thousands of questions fast), after
+    `stubs` inactive stubs. The k-th question of a type (k = 0, 1, ...) reads as the type's
+    sample question numbered k ("Is there a residential building in the image 17?") and its
+    ground truth is `answer(type, k)` (default: the sample answer). answers_ids == [id]."""
+    folder, prefix, image_dir, types = {
+        "lr": ("RSVQA-LR", "LR", "Images_LR", ("presence", "comp", "count", "rural_urban")),
+        "hr": ("RSVQA-HR", "USGS", "Data", ("presence", "comp", "count", "area")),
+    }[which]
+    unknown = set(counts) - set(types)
+    if unknown:
+        raise ValueError(f"write_rsvqa_counts: {sorted(unknown)} are not RSVQA-{which.upper()} types")
+    base = root / folder
+    base.mkdir(parents=True, exist_ok=True)
+    questions: list[dict[str, Any]] = [{"id": i, "active": False} for i in range(stubs)]
+    answers: list[dict[str, Any]] = [{"id": i, "active": False} for i in range(stubs)]
+    expected: list[Expected] = []
+    n = 0
+    for qtype in types:
+        sample, default = _RSVQA_SAMPLES[qtype]
+        for k in range(counts.get(qtype, 0)):
+            qid, img_id = len(questions), first_img_id + n % n_images
+            text, gt = f"{sample.rstrip('?')} {k}?", answer(qtype, k) if answer else default
+            questions.append({"id": qid, "date_added": 1569489630.7, "img_id": img_id, "people_id": 0,
+                              "type": qtype, "question": text, "answers_ids": [qid], "active": True})
+            answers.append({"id": qid, "date_added": 1569489630.7, "question_id": qid, "people_id": 0,
+                            "answer": gt, "active": True})
+            expected.append(Expected(str(qid), text, gt, (qtype,), str(img_id)))
+            n += 1
+    images: dict[str, Path | bytes] = {
+        str(first_img_id + i): write_image(base / image_dir / f"{first_img_id + i}.tif", first_img_id + i, image_size)
+        for i in range(min(n_images, n))
+    }
+    qpath = base / f"{prefix}_split_test_questions.json"
+    apath = base / f"{prefix}_split_test_answers.json"
     qpath.write_text(json.dumps({"questions": questions}))
     apath.write_text(json.dumps({"answers": answers}))
     return Written(root, [qpath, apath], images, expected,
