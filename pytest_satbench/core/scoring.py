@@ -17,9 +17,13 @@ Reasoning models (RSThinker / Geo-CoT380k, R1-style RS models) answer as
 * otherwise an unclosed ``<think>``/``<reasoning>`` means the reply was cut off mid-reasoning:
   the answer is empty (unparseable) rather than the reasoning text, which would otherwise be
   matched by substring rules by accident;
-* otherwise the whole reply is the answer. GLM-4.1V's ``<|begin_of_box|>``/``<|end_of_box|>``
-  markers and leftover answer tags are removed, LaTeX ``\\boxed{C}`` becomes ``C`` (R1-style
-  models), and the result is stripped.
+* otherwise the whole reply is the answer;
+* then, where the model marked its final answer with a box, only the box counts: the content of
+  the last GLM-V ``<|begin_of_box|>...<|end_of_box|>`` (as GLM-4.1V-Thinking's own extractor,
+  ``glmv_reward/utils/text.py`` ``find_boxed_content``), else of the last LaTeX ``\\boxed{...}``,
+  braces inside it kept and ``\\text{...}`` unwrapped (as Qwen2.5-Math's
+  ``evaluation/parser.py`` ``extract_answer``), so ``... so the answer is \\boxed{yes}.`` is
+  ``yes``; leftover answer tags are removed and the result is stripped.
 
 2. Free-form VQA (`score_vqa`) - RSVQA-LR/HR, VRSBench-VQA
 ---------------------------------------------------------
@@ -266,7 +270,8 @@ _ANSWER_OPEN = re.compile(r"<answer\s*>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer\s*>", re.IGNORECASE)
 _UNCLOSED_OPEN = re.compile(r"<(?:think|reasoning)>.*$", _FLAGS)
 _NOISE = re.compile(r"<\|(?:begin|end)_of_box\|>|</?answer\s*>", re.IGNORECASE)
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_GLM_BOX = re.compile(r"<\|begin_of_box\|>(.*?)<\|end_of_box\|>", re.DOTALL)
+_TEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 
 
 def final_answer(text: str) -> str:
@@ -281,7 +286,33 @@ def final_answer(text: str) -> str:
             s = s[: close.start()]
     else:
         s = _UNCLOSED_OPEN.sub("", s)
-    return _BOXED.sub(r"\1", _NOISE.sub("", s)).strip()
+    boxed = _last_box(s)
+    if boxed is not None:
+        s = boxed
+    return _NOISE.sub("", s).strip()
+
+
+def _last_box(s: str) -> str | None:
+    """The content of the last answer box, where the model marked its final answer with one:
+    GLM-V's `<|begin_of_box|>...<|end_of_box|>` (its own extractor, THUDM/GLM-4.1V-Thinking
+    `glmv_reward/utils/text.py` `find_boxed_content`, keeps only that), else LaTeX's
+    `\\boxed{...}` with braces inside it and `\\text{...}` unwrapped (QwenLM/Qwen2.5-Math
+    `evaluation/parser.py` `extract_answer`, `strip_string`). None when there is no box."""
+    glm = _GLM_BOX.findall(s)
+    if glm:
+        return glm[-1]
+    start = s.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i, depth = start + len("\\boxed{"), 1
+    for j in range(i, len(s)):
+        if s[j] == "{":
+            depth += 1
+        elif s[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return _TEX_TEXT.sub(r"\1", s[i:j])
+    return None  # an unclosed box (a truncated reply): no final answer in it
 
 
 # --------------------------------------------------------------------------- VQA

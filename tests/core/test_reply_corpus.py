@@ -17,8 +17,8 @@ the verdict the scorer must give and the rule (official or ours) that decides it
   decides.
 
 Every line has a `why`; the rules are in pytest_satbench/core/scoring.py, §1-§4, and
-core/judge.py. VQA lines whose `why` starts with DISPUTED give the verdict the cited source
-implies where the present rule disagrees; they are strict xfails (`DISPUTED` below), so a
+core/judge.py. VQA lines whose `why` starts with DISPUTED would give the verdict the cited
+source implies where a present rule disagrees; they run as strict xfails (`DISPUTED` below), so a
 fix of the rule shows as an XPASS to be removed from the list.
 """
 
@@ -118,18 +118,10 @@ RSVQA_TYPES = {"rsvqa_lr": {"presence", "comp", "count", "rural_urban"},
 VRSBENCH_TYPES = {"object category", "object existence", "object quantity", "object color", "object shape",
                   "object size", "object position", "object direction", "scene type", "image", "reasoning",
                   "rural or urban"}  # the 12 raw types of VRSBench_EVAL_vqa.json
-# Replies the present rules score otherwise than the cited source implies (reported, not fixed here):
-# core/scoring.py final_answer keeps the text around a box and unwraps only brace-free \boxed{}.
-_BOX = ("final_answer keeps the text around the box; the box content is the answer "
-        "(THUDM/GLM-4.1V-Thinking glmv_reward utils/text.py find_boxed_content; "
-        "QwenLM/Qwen2.5-Math evaluation/parser.py extract_answer)")
-DISPUTED = {
-    "vqa-030": _BOX,
-    "vqa-031": _BOX,
-    "vqa-043": "\\boxed{} with nested braces is not unwrapped, nor \\text{} removed "
-               "(QwenLM/Qwen2.5-Math evaluation/parser.py extract_answer, strip_string)",
-    "vqa-178": _BOX,
-}
+# Replies the present rules score otherwise than the cited source implies: strict xfails, so a
+# rule fixed shows as an XPASS to be taken off this list. (None now: the answer-box rule of
+# final_answer was fixed from these lines.)
+DISPUTED: dict[str, str] = {}
 
 
 def _vqa_question(r: dict[str, Any]) -> Question:
