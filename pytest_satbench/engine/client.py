@@ -307,8 +307,9 @@ class _Attempt(Exception):
 
     def __init__(self, reason: str, *, transient: bool, status: int | None = None,
                  retry_after: float | None = None, server_down: bool = False,
-                 advice: str | None = None) -> None:
+                 advice: str | None = None, other_model: str | None = None) -> None:
         super().__init__(reason)
+        self.other_model = other_model  # the reply named this model, not the one asked for
         self.reason = reason
         self.transient = transient
         self.status = status
@@ -388,6 +389,7 @@ class ServerPool:
         self._slots = threading.BoundedSemaphore(self.concurrency)
         self._rr = 0
         self._closed = False
+        self._model_swap: tuple[str, str] | None = None  # see model_swap()
         self._last_answer_at: float | None = None
         # State changes, queued in the order they happened (under _lock) and delivered in that
         # order (under _notify_lock), outside _lock so that a callback may call back in.
@@ -655,8 +657,15 @@ class ServerPool:
         # (a reset mid-body says nothing about the next request: it is not a refusal)
         return _Attempt(f"connection failed ({_one_line(str(e))})", transient=True)
 
+    def model_swap(self) -> tuple[str, str] | None:
+        """(server, model id) of the first reply that named another model than the one asked
+        for (and no allowed alias): the servers were swapped under the run. None otherwise."""
+        return self._model_swap
+
     def _record_failure(self, srv: _Server, e: _Attempt) -> None:
         with self._lock:
+            if e.other_model is not None and self._model_swap is None:
+                self._model_swap = (srv.name, e.other_model)
             srv.failures += 1
             srv.failures_in_a_row += 1
             now = time.monotonic()
@@ -752,8 +761,8 @@ def _completion(r: Response, model: str, aliases: frozenset[str]) -> tuple[dict[
     error object, a generation that produced nothing); it says nothing about the question."""
 
     def fault(what: str, advice: str = "the server replied without an answer; check its log, "
-                                       "or raise --retries") -> _Attempt:
-        return _Attempt(f"HTTP 200 but {what}", transient=True, status=200, advice=advice)
+                                       "or raise --retries", other_model: str | None = None) -> _Attempt:
+        return _Attempt(f"HTTP 200 but {what}", transient=True, status=200, advice=advice, other_model=other_model)
 
     try:
         data = r.json()
@@ -787,7 +796,8 @@ def _completion(r: Response, model: str, aliases: frozenset[str]) -> tuple[dict[
     if returned and returned != model and returned not in aliases:
         raise fault(f"the reply is from model {_one_line(str(returned), 80)!r}, not {model!r}",
                     advice=f"check --servers; if {_one_line(str(returned), 80)!r} is another name "
-                           "of the same model, pass --allow-model-alias with it")
+                           "of the same model, pass --allow-model-alias with it",
+                    other_model=_one_line(str(returned), 80))
     return data, choice, content
 
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 STORE_FAILED_EXIT = 7  # the results store failed: the run stopped asking (gates: 6)
 SERVERS_GONE_EXIT = 8  # no server answered for --give-up-after while requests failed
+MODEL_SWAPPED_EXIT = 9  # a server answered as another model: the servers changed under the run
 
 
 class SatbenchSession:
@@ -70,6 +71,7 @@ class SatbenchSession:
         self._outcomes: dict[str, str] = {}  # node id -> outcome, from runtest to its report
         self.store_failure: str | None = None  # the store stopped taking writes: the run stops
         self.gave_up: str | None = None  # no server answered for --give-up-after: the run stops
+        self.model_swapped: str | None = None  # a server answered as another model: the run stops
         self._server_lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # from request threads
         self._stopped = threading.Event()
         self._planned: dict[str, int] = {}
@@ -318,6 +320,15 @@ class SatbenchSession:
         if gave_up is not None and self.gave_up is None:
             self.gave_up = gave_up
             item.session.shouldstop = f"satbench: {gave_up}"
+        swap = self._runtime.pool.model_swap()
+        if swap is not None and self.model_swapped is None:
+            server, other = swap
+            self.model_swapped = (
+                f"server {server} answered as model {other!r}, not {self._runtime.model!r}: the servers changed under "
+                f"this run; stopped asking. Measure {other!r} under another --tag (--model {other}), or pass "
+                f"--allow-model-alias {other} if it is the same model"
+            )
+            item.session.shouldstop = f"satbench: {self.model_swapped}"
         outcome = classify(result)
         self._outcomes[item.nodeid] = outcome
         if outcome == ERROR:
@@ -366,6 +377,8 @@ class SatbenchSession:
         statistics, gates and reports, all through `core.results`."""
         if self.gave_up is not None:
             session.exitstatus = SERVERS_GONE_EXIT
+        if self.model_swapped is not None:
+            session.exitstatus = MODEL_SWAPPED_EXIT
         if self.store_failure is not None:
             session.exitstatus = STORE_FAILED_EXIT
         if self.is_worker or not self.store_path.exists():
@@ -393,7 +406,7 @@ class SatbenchSession:
 
         if not any(r["run_id"] == self.run_id for r in store.runs(self.settings.tag)):
             return  # no question ran in this run
-        if not (self.interrupted or self.gave_up or self.store_failure):
+        if not (self.interrupted or self.gave_up or self.store_failure or self.model_swapped):
             store.finish_run(self.run_id)  # an interrupted or stopped run stays unfinished, and says so
         self.results = collect(store, self.run_id, iterations=self.settings.bootstrap)
         if not self.results:
@@ -440,6 +453,8 @@ class SatbenchSession:
         self._say_server_states()
         if self.gave_up:
             terminalreporter.write_line(f"satbench: {self.gave_up} (exit status {SERVERS_GONE_EXIT})", red=True)
+        if self.model_swapped:
+            terminalreporter.write_line(f"satbench: {self.model_swapped} (exit status {MODEL_SWAPPED_EXIT})", red=True)
         if self.store_failure:
             terminalreporter.write_line(
                 f"satbench: {self.store_failure} (exit status {STORE_FAILED_EXIT})", red=True
