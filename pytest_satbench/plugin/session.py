@@ -244,16 +244,22 @@ class SatbenchSession:
         # called on a request thread: the line is written by pytest's thread (`_say_server_states`)
         self._server_lines.put(f"satbench: server {server} is {'back' if up else 'DOWN'}: {reason}")
 
-    def _say_server_states(self) -> None:
+    def _drain_server_lines(self) -> list[str]:
+        lines = []
         while True:
             try:
-                line = self._server_lines.get_nowait()
+                lines.append(self._server_lines.get_nowait())
             except queue.Empty:
-                return
+                return lines
+
+    def _say_server_states(self) -> None:
+        for line in self._drain_server_lines():
             self._say(line)
 
-    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
-        self._say_server_states()
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # the lines travel on the report, so an xdist worker's reach the controller's terminal
+        for line in getattr(report, "satbench_lines", None) or ():
+            self._say(line)
 
     def _builtin_server(self) -> RunningServer:
         if self._builtin is None:
@@ -344,6 +350,9 @@ class SatbenchSession:
             outcome = self._outcomes.pop(item.nodeid, None)
             if outcome is not None:
                 rep.satbench_outcome = outcome
+            lines = self._drain_server_lines()
+            if lines:
+                rep.satbench_lines = lines
         return rep
 
     @pytest.hookimpl(tryfirst=True)

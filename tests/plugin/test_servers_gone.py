@@ -64,3 +64,20 @@ def test_a_server_answering_only_errors_is_given_up_on(tmp_path: Path) -> None:
     assert "no server has answered since the run started while requests kept failing" in done.stdout
     assert "model crashed" in done.stdout
     assert asked < 2 * 1000  # it stopped asking long before every question failed twice
+
+
+def test_under_xdist_the_controller_says_a_server_is_down(tmp_path: Path) -> None:
+    data = _setup(tmp_path)
+    server = subprocess.Popen([sys.executable, str(SERVERS), "--model", "m", "--answer", "yes", "--delay", "0.02"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        url = server.stdout.readline().strip()  # type: ignore[union-attr]
+        run = subprocess.Popen([*_cmd(url, data, tmp_path), "-n", "2"], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        time.sleep(4)
+        server.kill()
+        out, _ = run.communicate(timeout=180)
+    finally:
+        server.kill()
+    assert f"satbench: server {url} is DOWN" in out, out[-3000:]  # a worker's line, said by the controller
+    assert run.returncode != 0
