@@ -451,15 +451,33 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def load_answer(spec: str) -> AnswerFn:
+    """`FILE:FUNCTION` -> that function of that Python file, imported by path."""
+    import importlib.util
+
+    path, _, name = spec.rpartition(":")
+    mod_spec = importlib.util.spec_from_file_location(f"_answer_{abs(hash(path))}", path)
+    assert mod_spec is not None and mod_spec.loader is not None, f"cannot import {path}"
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Run a FakeVLM until killed; prints its URL.")
     ap.add_argument("--model", action="append", help="model id to list (repeatable)")
     ap.add_argument("--answer", default="fake answer", help="text every question gets")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds per answer")
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--answer-from", metavar="FILE:FUNCTION",
+                    help="answer with FUNCTION(prompt, has_image, image) of the Python file FILE "
+                         "(a deterministic server in a process of its own); overrides --answer")
     a = ap.parse_args(argv)
     text = a.answer
-    srv = FakeVLM(a.model or ["fake-vlm"], answer=lambda p, h, i: text, delay=a.delay)
+    answer: AnswerFn = lambda p, h, i: text
+    if a.answer_from:
+        answer = load_answer(a.answer_from)
+    srv = FakeVLM(a.model or ["fake-vlm"], answer=answer, delay=a.delay)
     srv.start(a.port)
     print(srv.url, flush=True)
     try:
