@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FuturesTimeout
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -74,8 +75,11 @@ class LookAhead(Generic[T, R]):
         except Exception:  # the feeder is an optimisation: items still run on demand
             return
 
-    def result(self, item: T, timeout: float | None = None) -> R:
-        """The item's result, submitting it now if the feeder has not reached it yet."""
+    def result(self, item: T, timeout: float | None = None, *, poll: Callable[[], None] | None = None,
+               every: float = 1.0) -> R:
+        """The item's result, submitting it now if the feeder has not reached it yet. While it
+        waits, `poll` (if given) is called every `every` seconds; an exception it raises ends
+        the wait (a run that has stopped asking does not wait out slow retries)."""
         k = self._key(item)
         with self._lock:
             got = self._state.pop(k, None)
@@ -84,11 +88,11 @@ class LookAhead(Generic[T, R]):
                 self._state[k] = _CLAIMED
         if ahead:
             try:
-                return got.result(timeout)
+                return _wait(got, timeout, poll, every)
             finally:
                 self._slots.release()
         self.submitted_on_demand += 1
-        return self._submit(item).result(timeout)
+        return _wait(self._submit(item), timeout, poll, every)
 
     def stop(self) -> None:
         self._stop.set()
@@ -99,6 +103,20 @@ class LookAhead(Generic[T, R]):
             fut.cancel()
         if self._thread is not None:
             self._thread.join(timeout=2)
+
+
+def _wait(fut: Future[R], timeout: float | None, poll: Callable[[], None] | None, every: float) -> R:
+    if poll is None:
+        return fut.result(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        step = every if deadline is None else max(0.0, min(every, deadline - time.monotonic()))
+        try:
+            return fut.result(step)
+        except FuturesTimeout:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            poll()
 
 
 def worker_upcoming(

@@ -43,6 +43,10 @@ class StartError(Exception):
     """The run cannot start; one line saying what to do (the plugin shows it as a usage error)."""
 
 
+class GaveUp(Exception):
+    """No server has answered for the give-up window while requests fail: one line why."""
+
+
 class Runtime:
     """Servers, codecs, store and look-ahead for one process; use `start`, then `close`."""
 
@@ -195,11 +199,19 @@ class Runtime:
         repeats = self.cfg.repeat_orig if (q.benchmark, q.key) in self.cfg.repeat_keys else 0
         return Job(item.nodeid, q, prompts.render(q, self.cfg.prompt_style), repeats)
 
-    def result(self, item: Askable) -> ItemResult:
-        """The item's answers in every arm: ready if the look-ahead got there first."""
+    def result(self, item: Askable, give_up_after: float | None = None) -> ItemResult:
+        """The item's answers in every arm: ready if the look-ahead got there first. With
+        `give_up_after`, raises GaveUp while waiting once `doomed(give_up_after)` says so."""
+
+        def poll() -> None:
+            if give_up_after is not None:
+                reason = self.doomed(give_up_after)
+                if reason is not None:
+                    raise GaveUp(reason)
+
         if self.lookahead is None:
             return self.runner.submit(self.job(item)).result()
-        return self.lookahead.result(item)
+        return self.lookahead.result(item, poll=poll)
 
     def ask(self, nodeid: str, question: Question) -> Future[ItemResult]:
         """Ask one question in every arm, through the store (the public fixture's route)."""

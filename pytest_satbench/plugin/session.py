@@ -69,9 +69,9 @@ class SatbenchSession:
         self._runtime: Runtime | None = None
         self._builtin: RunningServer | None = None
         self._outcomes: dict[str, str] = {}  # node id -> outcome, from runtest to its report
-        self.store_failure: str | None = None  # the store stopped taking writes: the run stops
-        self.gave_up: str | None = None  # no server answered for --give-up-after: the run stops
-        self.model_swapped: str | None = None  # a server answered as another model: the run stops
+        # why this run stopped asking before the end (the store failed, no server answers, the
+        # model changed): the first reason wins, with its exit status
+        self.stopped: tuple[int, str] | None = None
         self._server_lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # from request threads
         self._stopped = threading.Event()
         self._planned: dict[str, int] = {}
@@ -306,8 +306,15 @@ class SatbenchSession:
 
         from pytest_satbench.engine.store import StoreError
 
+        from pytest_satbench.engine.runtime import GaveUp
+
         assert self._runtime is not None, "satbench runtime not started"
-        result = self._runtime.result(item)
+        try:
+            result = self._runtime.result(item, give_up_after=self.settings.give_up_after)
+        except GaveUp as exc:  # the wait itself is abandoned: a rerun asks this item again
+            self._stop(item.session, SERVERS_GONE_EXIT, str(exc))
+            self._outcomes[item.nodeid] = ERROR
+            raise QuestionFailed(str(exc)) from None
         try:
             self._runtime.store.record_item(
                 self.run_id, item.nodeid, item.question.benchmark,
@@ -318,29 +325,33 @@ class SatbenchSession:
         failure = self._runtime.store.failure
         if failure is not None:
             # Nothing more is asked: every answer would be thrown away. A rerun resumes.
-            self.store_failure = str(failure)
-            item.session.shouldstop = f"satbench: {failure}"
+            self._stop(item.session, STORE_FAILED_EXIT, str(failure))
             self._outcomes[item.nodeid] = ERROR
             raise QuestionFailed(str(failure))
         gave_up = self._runtime.doomed(self.settings.give_up_after)
-        if gave_up is not None and self.gave_up is None:
-            self.gave_up = gave_up
-            item.session.shouldstop = f"satbench: {gave_up}"
+        if gave_up is not None:
+            self._stop(item.session, SERVERS_GONE_EXIT, gave_up)
         swap = self._runtime.pool.model_swap()
-        if swap is not None and self.model_swapped is None:
+        if swap is not None:
             server, other = swap
-            self.model_swapped = (
+            self._stop(item.session, MODEL_SWAPPED_EXIT, (
                 f"server {server} answered as model {other!r}, not {self._runtime.model!r}: the servers changed under "
                 f"this run; stopped asking. Measure {other!r} under another --tag (--model {other}), or pass "
                 f"--allow-model-alias {other} if it is the same model"
-            )
-            item.session.shouldstop = f"satbench: {self.model_swapped}"
+            ))
         outcome = classify(result)
         self._outcomes[item.nodeid] = outcome
         if outcome == ERROR:
             raise QuestionFailed(failure_message(result))
         if outcome == REGRESSED and self.settings.fail_on == "regression":
             raise QuestionFailed(regression_message(result))
+
+    def _stop(self, session: pytest.Session | None, exit_status: int, line: str) -> None:
+        """Stop asking: pytest ends the run after this item; the first reason is kept."""
+        if self.stopped is None:
+            self.stopped = (exit_status, line)
+            if session is not None:
+                session.shouldstop = f"satbench: {line}"
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -384,12 +395,13 @@ class SatbenchSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Controller (or the only process), after every item: from the store's rows, the
         statistics, gates and reports, all through `core.results`."""
-        if self.gave_up is not None:
-            session.exitstatus = SERVERS_GONE_EXIT
-        if self.model_swapped is not None:
-            session.exitstatus = MODEL_SWAPPED_EXIT
-        if self.store_failure is not None:
-            session.exitstatus = STORE_FAILED_EXIT
+        try:
+            self._finish_run(session)
+        finally:
+            if self.stopped is not None:
+                session.exitstatus = self.stopped[0]
+
+    def _finish_run(self, session: pytest.Session) -> None:
         if self.is_worker or not self.store_path.exists():
             return
         from pytest_satbench.engine.store import ResultStore, StoreError
@@ -398,14 +410,12 @@ class SatbenchSession:
             store = ResultStore(self.store_path)
         except StoreError as exc:
             if self._runtime is not None:  # else the start already said it, as a usage error
-                self.store_failure = self.store_failure or str(exc)
-                session.exitstatus = STORE_FAILED_EXIT
+                self._stop(None, STORE_FAILED_EXIT, str(exc))
             return
         try:
             self._finish(session, store)
         except StoreError as exc:
-            self.store_failure = self.store_failure or str(exc)
-            session.exitstatus = STORE_FAILED_EXIT
+            self._stop(None, STORE_FAILED_EXIT, str(exc))
         finally:
             store.close()
 
@@ -415,7 +425,7 @@ class SatbenchSession:
 
         if not any(r["run_id"] == self.run_id for r in store.runs(self.settings.tag)):
             return  # no question ran in this run
-        if not (self.interrupted or self.gave_up or self.store_failure or self.model_swapped):
+        if not (self.interrupted or self.stopped):
             store.finish_run(self.run_id)  # an interrupted or stopped run stays unfinished, and says so
         self.results = collect(store, self.run_id, iterations=self.settings.bootstrap)
         if not self.results:
@@ -460,14 +470,9 @@ class SatbenchSession:
         if self.report_error:
             terminalreporter.write_line(f"satbench: writing reports failed: {self.report_error}", red=True)
         self._say_server_states()
-        if self.gave_up:
-            terminalreporter.write_line(f"satbench: {self.gave_up} (exit status {SERVERS_GONE_EXIT})", red=True)
-        if self.model_swapped:
-            terminalreporter.write_line(f"satbench: {self.model_swapped} (exit status {MODEL_SWAPPED_EXIT})", red=True)
-        if self.store_failure:
-            terminalreporter.write_line(
-                f"satbench: {self.store_failure} (exit status {STORE_FAILED_EXIT})", red=True
-            )
+        if self.stopped:
+            status, line = self.stopped
+            terminalreporter.write_line(f"satbench: {line} (exit status {status})", red=True)
         if self.not_loaded and config.option.verbose > 0:
             terminalreporter.write_line(f"satbench: not loaded (-k selects none of their items): {', '.join(self.not_loaded)}")
         if self.settings.export_jsonl:
