@@ -12,7 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 
 from pytest_satbench.core.question import Question
@@ -140,7 +140,7 @@ class QuestionRunner:
             # nothing is asked that could not be kept
             for arm in self.arms_for(job):
                 result.arms[arm] = ArmResult(arm, "error", error=str(self.store.failure))
-            done.set_result(result)
+            _complete(done, result)
             return done
         try:
             fps, size = self.fingerprints(job)
@@ -154,7 +154,7 @@ class QuestionRunner:
                 result.fingerprints[arm] = fp
                 self.store.put(self._error_row(job, arm, fp, str(exc)))
                 result.arms[arm] = ArmResult(arm, "error", error=str(exc))
-            done.set_result(result)
+            _complete(done, result)
             return done
 
         stored = {} if self.fresh else self.store.get_many(job.nodeid, list(fps.items()))
@@ -216,14 +216,14 @@ class QuestionRunner:
             result.arms[judge_arm("*")] = ArmResult(judge_arm("*"), "error", error=f"{type(exc).__name__}: {exc}")
             asks = []
         if not asks:
-            done.set_result(result)
+            _complete(done, result)
             return
         stored = {} if self.fresh else self.store.get_many(job.nodeid, [(arm, fp) for arm, _, fp in asks])
         for arm, row in stored.items():
             result.arms[arm] = ArmResult(arm, "ok", text=row.text, from_store=True, latency_s=row.latency_s)
         missing = [a for a in asks if a[0] not in stored]
         if not missing:
-            done.set_result(result)
+            _complete(done, result)
             return
         pending = [len(missing)]
 
@@ -237,7 +237,7 @@ class QuestionRunner:
                 pending[0] -= 1
                 last = pending[0] == 0
             if last:
-                done.set_result(result)
+                _complete(done, result)
 
         for arm, prompt, fp in missing:
             self._requests.submit(one, arm, prompt, fp)
@@ -346,6 +346,15 @@ class QuestionRunner:
 
     def close(self) -> None:
         self._requests.shutdown()
+
+
+def _complete(done: Future[ItemResult], result: ItemResult) -> None:
+    """Complete an item's future, unless the look-ahead cancelled it meanwhile (a run that
+    stopped): a late answer is stored all the same, and no one waits for the future."""
+    try:
+        done.set_result(result)
+    except InvalidStateError:
+        pass
 
 
 class DaemonWorkers:

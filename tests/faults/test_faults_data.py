@@ -32,23 +32,6 @@ from faults_harness import (
 from servers import FakeVLM
 
 STORE_FAILED_EXIT = 7
-# Known bug, timing-dependent (so not a strict xfail): a store write failing mid-run prints
-# thread tracebacks (PytestUnhandledThreadExceptionWarning) besides its one line.
-STORE_TRACEBACK = ("a store write failing mid-run also prints thread tracebacks: answering.py _finish calls "
-                   "set_result on a future the stop already cancelled (InvalidStateError: CANCELLED)")
-
-
-def _lines_or_known_bug(result) -> bool:
-    """True when the output had the known store-failure traceback (asserted one-line otherwise)."""
-    try:
-        result.check_lines()
-    except AssertionError:
-        if "InvalidStateError" in result.out and "StoreError" in result.out:
-            return True
-        raise
-    return False
-
-
 def _keys_of(project: Project, images: set[str]) -> set[tuple[str, str]]:
     return {(f"test_b.py::test_rsvqa_lr[{k}]", arm) for k, img in project.image_of.items() if img in images
             for arm in ARMS}
@@ -158,15 +141,13 @@ def test_disk_full_on_a_small_tmpfs(tmp_path: Path, reference: Reference, health
             first = running.wait()
             stop_s = time.monotonic() - t0
             asked = srv.chat_requests
-        traceback_seen = _lines_or_known_bug(first)
+        first.check_lines()  # one line: no thread traceback besides it
         assert first.rc == STORE_FAILED_EXIT, first.out[-3000:]
         assert "the disk is full" in first.out
         filler.unlink()
         final = settle(project, healthy.url)
         compare(project, reference, final)
         record("disk full (tmpfs)", project, asked + healthy.chat_requests, reference, stop_after_full_s=stop_s)
-    if traceback_seen:
-        pytest.xfail(STORE_TRACEBACK)
 
 
 def test_store_writes_fail(tmp_path: Path, reference: Reference, healthy: FakeVLM) -> None:
@@ -179,7 +160,7 @@ def test_store_writes_fail(tmp_path: Path, reference: Reference, healthy: FakeVL
     with FakeVLM([MODEL], answer=answer) as srv:
         first = project.start(srv.url, preexec=limit).wait()
         asked = srv.chat_requests
-    traceback_seen = _lines_or_known_bug(first)
+    first.check_lines()  # one line: no thread traceback besides it
     assert first.rc == STORE_FAILED_EXIT, first.out[-3000:]
     assert f"results store {project.store}" in first.out
     kept = project.stored_ok()
@@ -188,5 +169,3 @@ def test_store_writes_fail(tmp_path: Path, reference: Reference, healthy: FakeVL
     compare(project, reference, final)
     assert asked + healthy.chat_requests <= N_ANSWERS + 12
     record("store writes fail (RLIMIT_FSIZE)", project, asked + healthy.chat_requests, reference, kept_first=kept)
-    if traceback_seen:
-        pytest.xfail(STORE_TRACEBACK)
