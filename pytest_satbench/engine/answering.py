@@ -15,12 +15,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 
+from pytest_satbench.core import judge as J
+from pytest_satbench.core.arms import BLIND, image_arm, is_repeat, judge_arm, repeat_arm
 from pytest_satbench.core.question import Question
+from pytest_satbench.core.redact import redact
 from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
 from pytest_satbench.engine.client import Answer, RequestFailed, ServerPool
 from pytest_satbench.engine.fingerprint import AskSettings, arm_fingerprint
-from pytest_satbench.core import judge as J
-from pytest_satbench.core.arms import BLIND, image_arm, is_repeat, judge_arm, repeat_arm
 from pytest_satbench.engine.images import ImageError, ImagePipeline, PreparedImage
 from pytest_satbench.engine.store import AnswerRow, ResultStore
 
@@ -341,7 +342,7 @@ class QuestionRunner:
         return AnswerRow(
             nodeid=job.nodeid, arm=arm, fingerprint=fp, status="error",
             benchmark=job.question.benchmark, question_key=job.question.key,
-            image_id=job.question.image.id, error=error, run_id=self.run_id,
+            image_id=job.question.image.id, error=redact(error), run_id=self.run_id,
         )
 
     def close(self) -> None:

@@ -40,8 +40,10 @@ def classify(result: ItemResult) -> str:
 
 
 def failure_message(result: ItemResult) -> str:
-    parts = [f"{a.arm}: {a.error}" for a in result.errors]
-    return "; ".join(parts)
+    """One line for the terminal and junit XML; a server may echo a credential in its error."""
+    from pytest_satbench.core.redact import redact
+
+    return redact("; ".join(f"{a.arm}: {a.error}" for a in result.errors))
 
 
 def regression_message(result: ItemResult) -> str:

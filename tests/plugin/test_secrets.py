@@ -42,3 +42,20 @@ def test_a_runs_files_never_hold_a_password(pytester: pytest.Pytester, tmp_path:
                *(pytester.path / "reports").rglob("*")]
     leaks = [str(f) for f in written if f.is_file() and PASSWORD.encode() in f.read_bytes()]
     assert leaks == []
+
+
+def test_a_server_echoing_a_token_has_it_in_no_message_or_file(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    from servers import Fail
+
+    data = rsvqa_suite(pytester, BENCH, n_images=1, per_type=1)
+    token = "Basic YWxpY2U6czNjcmV0UGFzc3cwcmQ="  # alice:s3cretPassw0rd
+    with FakeVLM(["m"], fail_always=Fail.http(401, f"bad credentials in Authorization: {token}")) as srv:
+        result = pytester.runpytest_subprocess(
+            "--servers", srv.url, "--data-root", str(data), "--store", str(tmp_path / "s.sqlite"), "-q",
+            "--junitxml", str(tmp_path / "junit.xml"), "-p", "no:randomly",
+        )
+    assert result.ret == 1  # every item failed, with the server's one-line reason
+    secret = token.split()[1]
+    assert secret not in result.stdout.str() + result.stderr.str()
+    for f in (tmp_path / "s.sqlite", tmp_path / "junit.xml"):
+        assert secret.encode() not in f.read_bytes(), f
