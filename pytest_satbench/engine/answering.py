@@ -13,7 +13,7 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pytest_satbench.core import judge as J
 from pytest_satbench.core.arms import BLIND, image_arm, is_repeat, judge_arm, repeat_arm
@@ -37,6 +37,7 @@ class ArmResult:
     from_store: bool = False
     latency_s: float | None = None
     image_tokens: int | None = None
+    fingerprint: str | None = None  # the store key it was kept under, when a fresh answer
 
     @property
     def correct(self) -> bool:
@@ -117,15 +118,17 @@ class QuestionRunner:
     def arms_for(self, job: Job) -> list[str]:
         return self.arms + [repeat_arm(i) for i in range(2, job.repeats + 1)]
 
-    def fingerprints(self, job: Job) -> tuple[dict[str, str], tuple[int, int] | None]:
-        """Fingerprint per arm, and the geometry the image is sent at."""
+    def fingerprints(self, job: Job, model: str | None = None) -> tuple[dict[str, str], tuple[int, int] | None]:
+        """Fingerprint per arm for answers from `model` (default: the one asked for), and the
+        geometry the image is sent at."""
         info = self.images.info(job.question.image)
         size = self.images.target_size(info)
+        digest = self._digest(model)
         fps = {}
         for arm in self.arms_for(job):
             blind = arm == BLIND
             fps[arm] = arm_fingerprint(
-                self._settings_digest,
+                digest,
                 arm=arm,
                 codec_identity=self.images.codec_identity(arm),
                 prompt=job.prompt,
@@ -133,6 +136,13 @@ class QuestionRunner:
                 size=None if blind else size,
             )
         return fps, size
+
+    def _digest(self, model: str | None) -> str:
+        # An answer is fingerprinted with the model id the server returned: under an allowed
+        # alias (--allow-model-alias) that is the alias, so answers of the two ids never mix.
+        if model is None or model == self.settings.model:
+            return self._settings_digest
+        return replace(self.settings, model=model).digest()
 
     def submit(self, job: Job) -> Future[ItemResult]:
         done: Future[ItemResult] = Future()
@@ -159,6 +169,14 @@ class QuestionRunner:
             return done
 
         stored = {} if self.fresh else self.store.get_many(job.nodeid, list(fps.items()))
+        for alias in [] if self.fresh else self.pool.model_aliases:
+            lacking = [a for a in fps if a not in stored]
+            if not lacking:
+                break
+            alias_fps, _ = self.fingerprints(job, alias)
+            for arm, row in self.store.get_many(job.nodeid, [(a, alias_fps[a]) for a in lacking]).items():
+                stored[arm] = row
+                result.fingerprints[arm] = alias_fps[arm]  # the run's item points at the row it used
         for arm, row in stored.items():
             result.arms[arm] = self._from_row(job, row, size)
         arms = self.arms_for(job)
@@ -172,6 +190,8 @@ class QuestionRunner:
         def finish_one(arm_result: ArmResult) -> None:
             with self._lock:
                 result.arms[arm_result.arm] = arm_result
+                if arm_result.fingerprint:  # stored under the returned model's (an alias's)
+                    result.fingerprints[arm_result.arm] = arm_result.fingerprint
                 pending[0] -= 1
                 last = pending[0] == 0
             if last:
@@ -298,6 +318,8 @@ class QuestionRunner:
             self.store.put(self._error_row(job, arm, fp, str(exc)))
             return ArmResult(arm, "error", error=str(exc))
         sc = score(job.question, answer.text, self.score_options(job.question, size))
+        if answer.model and answer.model != self.settings.model:  # an allowed alias answered
+            fp = self.fingerprints(job, answer.model)[0][arm]
         self.store.put(
             AnswerRow(
                 nodeid=job.nodeid,
@@ -327,7 +349,7 @@ class QuestionRunner:
         )
         return ArmResult(
             arm, "ok", text=answer.text, score=sc, finish_reason=answer.finish_reason,
-            latency_s=answer.latency_s, image_tokens=arm_image.tokens if arm_image else None,
+            latency_s=answer.latency_s, image_tokens=arm_image.tokens if arm_image else None, fingerprint=fp,
         )
 
     def _from_row(self, job: Job, row: AnswerRow, size: tuple[int, int] | None) -> ArmResult:

@@ -4,6 +4,7 @@ the user names is accepted."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -60,3 +61,23 @@ def test_an_alias_the_user_names_is_accepted(tmp_path: Path) -> None:
         _swap_after(srv, 30, "m-2025-01-01")
         done = _run(tmp_path, srv.url, "--allow-model-alias", "m-2025-01-01")
     assert done.returncode == 0, done.stdout[-2000:]
+
+
+def test_answers_of_an_alias_are_fingerprinted_with_it_and_reused(tmp_path: Path) -> None:
+    import sqlite3
+
+    with FakeVLM(["m"], answer=lambda p, h, i: "yes", response_model="m-2025-01-01") as srv:
+        first = _run(tmp_path, srv.url, "--allow-model-alias", "m-2025-01-01")
+        asked = srv.chat_requests
+        second = _run(tmp_path, srv.url, "--allow-model-alias", "m-2025-01-01")
+        assert srv.chat_requests == asked  # a resume finds the alias's answers
+    assert first.returncode == second.returncode == 0
+    conn = sqlite3.connect(tmp_path / "s.sqlite")
+    fps = {fp for (fp,) in conn.execute("SELECT fingerprints FROM run_items")}
+    stored = {fp for (fp,) in conn.execute("SELECT fingerprint FROM answers WHERE status='ok'")}
+    conn.close()
+    assert len(stored) == 200 and all(json.loads(f)["orig"] in stored for f in fps)  # items point at the alias rows
+    # they are not the answers of "m" itself: without the alias allowed, "m" is asked again
+    with FakeVLM(["m"], answer=lambda p, h, i: "yes") as plain:
+        _run(tmp_path, plain.url)
+        assert plain.chat_requests == 200
