@@ -5,16 +5,12 @@ and after the repair a rerun ends with the clean run's answers."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import resource
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 from datasets_fake import DEFAULT_LHRS_ROWS, write_lhrs_parquet
 from faults_answer import answer
 from faults_harness import (
@@ -29,6 +25,7 @@ from faults_harness import (
     settle,
     wait_until,
 )
+from filesystems import tmpfs
 from servers import FakeVLM
 
 STORE_FAILED_EXIT = 7
@@ -105,19 +102,6 @@ def test_parquet_with_a_missing_column(tmp_path: Path, reference: Reference, hea
            final_exit=final.rc)
 
 
-@contextlib.contextmanager
-def _tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def _fill(disk: Path) -> Path:
     filler = disk / "filler"
     with filler.open("wb") as fh:
@@ -130,8 +114,8 @@ def _fill(disk: Path) -> Path:
     return filler
 
 
-def test_disk_full_on_a_small_tmpfs(tmp_path: Path, reference: Reference, healthy: FakeVLM) -> None:
-    with _tmpfs(tmp_path / "disk", "16m") as disk:
+def test_disk_full_on_a_smalltmpfs(tmp_path: Path, reference: Reference, healthy: FakeVLM) -> None:
+    with tmpfs(tmp_path / "disk", "16m") as disk:
         project = Project.make(tmp_path / "p", store=disk / "results.sqlite")
         with FakeVLM([MODEL], answer=answer, delay=0.02) as srv:
             running = project.start(srv.url)

@@ -4,16 +4,15 @@ a documented exit status."""
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from datasets_fake import rsvqa_suite
+from filesystems import tmpfs
 from servers import FakeVLM
 
 from pytest_satbench.engine.store import network_store_warning
@@ -47,25 +46,12 @@ def _answered(store: Path, *, read_only_disk: bool = False) -> int:
         conn.close()
 
 
-@contextlib.contextmanager
-def _tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def test_disk_full_stops_asking_keeps_what_was_committed_and_a_rerun_completes(
     pytester: pytest.Pytester, tmp_path: Path,
 ) -> None:
     data = rsvqa_suite(pytester, BENCH, n_images=N_IMAGES, per_type=PER_TYPE)
     long = "yes " + "x" * 3000  # ~3 kB an answer: the small disk fills part-way
-    with _tmpfs(tmp_path / "small", "400k") as disk, FakeVLM(["m"], answer=lambda p, h, i: long) as srv:
+    with tmpfs(tmp_path / "small", "400k") as disk, FakeVLM(["m"], answer=lambda p, h, i: long) as srv:
         store = disk / "results.sqlite"
         first = _run(pytester, srv.url, data, "--store", str(store))
         asked_first = srv.chat_requests
@@ -121,7 +107,7 @@ def test_a_corrupt_store_is_one_line_and_recovered_only_when_asked(pytester: pyt
 
 def test_a_read_only_store_is_one_line(pytester: pytest.Pytester, tmp_path: Path) -> None:
     data = rsvqa_suite(pytester, BENCH, n_images=2, per_type=1)
-    with _tmpfs(tmp_path / "ro", "4m") as disk, FakeVLM(["m"], answer=lambda p, h, i: "yes") as srv:
+    with tmpfs(tmp_path / "ro", "4m") as disk, FakeVLM(["m"], answer=lambda p, h, i: "yes") as srv:
         store = disk / "results.sqlite"
         assert _run(pytester, srv.url, data, "--store", str(store)).ret == 0
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
