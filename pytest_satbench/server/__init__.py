@@ -5,6 +5,11 @@
 no model weights and no accelerator: it answers the demo benchmark by colour segmentation
 and object counting (`vision.py`, `answering.py`), so a codec that blurs small objects really
 costs it accuracy, and gives fixed, documented answers to everything else.
+
+On the wire it behaves as vLLM does where a client can tell (`protocol.py`): `"stream": true`
+is server-sent events ending in `data: [DONE]`, `n` gives n choices (identical: the answers
+are deterministic), every reply carries `usage`, `GET /v1/models/{id}` returns the model
+card, and a request naming a model id it does not serve is a 404 in vLLM's words.
 """
 
 from __future__ import annotations
@@ -46,7 +51,10 @@ class RunningServer:
 
 def start_server(host: str = "127.0.0.1", port: int = 0, *,
                  model: str = DEFAULT_MODEL) -> RunningServer:
-    """Start a reference server on `host:port` (port 0: a free one) and return at once."""
+    """Start a reference server on `host:port` (port 0: a free one) and return at once.
+
+    Raises ValueError for a port outside 0-65535, OSError when `host:port` cannot be bound.
+    """
     httpd = make_server(host, port, model)
     bound_host, bound_port = bound_address(httpd)
     url_host = f"[{bound_host}]" if ":" in bound_host else bound_host

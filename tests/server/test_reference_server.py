@@ -27,10 +27,11 @@ from pytest_satbench.core.question import Question
 from pytest_satbench.datasets.demo_data import write_demo_dataset
 from pytest_satbench.datasets.rsvqa import load_rsvqa_split
 from pytest_satbench.server import RunningServer, start_server
-from pytest_satbench.server.__main__ import main
+from pytest_satbench.server.__main__ import _bind_problem, main
 from pytest_satbench.server.vision import count_components
 
 TIMEOUT = 30
+MODEL = "satbench-reference"  # the id start_server serves by default
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +53,20 @@ def _jpeg95(im: Image.Image) -> bytes:
     return buf.getvalue()
 
 
-def _body(text: str, jpg: bytes | None) -> dict:
+def _body(text: str, jpg: bytes | None, model: str = MODEL) -> dict:
     content: list[dict] = []
     if jpg is not None:
         url = "data:image/jpeg;base64," + base64.b64encode(jpg).decode()
         content.append({"type": "image_url", "image_url": {"url": url}})
     content.append({"type": "text", "text": text})
-    return {"model": "whatever", "temperature": 0.0, "max_tokens": 16,
+    return {"model": model, "temperature": 0.0, "max_tokens": 16,
             "messages": [{"role": "user", "content": content}]}
 
 
-def _ask(session: requests.Session, url: str, text: str, jpg: bytes | None) -> str:
-    r = session.post(f"{url}/v1/chat/completions", json=_body(text, jpg), timeout=TIMEOUT)
+def _ask(session: requests.Session, url: str, text: str, jpg: bytes | None,
+         model: str = MODEL) -> str:
+    r = session.post(f"{url}/v1/chat/completions", json=_body(text, jpg, model),
+                     timeout=TIMEOUT)
     r.raise_for_status()
     return r.json()["choices"][0]["message"]["content"]
 
@@ -97,9 +100,10 @@ def orig_accuracy(server: RunningServer, demo: list[Question]) -> dict[str, floa
 def test_models_and_health(server: RunningServer) -> None:
     r = requests.get(f"{server.url}/v1/models", timeout=TIMEOUT)
     assert r.status_code == 200
-    assert r.json() == {"object": "list", "data": [{
-        "id": "satbench-reference", "object": "model", "created": 0,
-        "owned_by": "pytest-satbench"}]}
+    card = {"id": MODEL, "object": "model", "created": 0, "owned_by": "pytest-satbench",
+            "root": MODEL, "parent": None, "max_model_len": 32768}
+    assert r.json() == {"object": "list", "data": [card]}
+    assert requests.get(f"{server.url}/v1/models/{MODEL}", timeout=TIMEOUT).json() == card
     assert requests.get(f"{server.url}/health", timeout=TIMEOUT).json() == {"status": "ok"}
     assert requests.get(f"{server.url}/nope", timeout=TIMEOUT).status_code == 404
 
@@ -185,7 +189,7 @@ def test_unknown_questions_with_an_image_fall_back_too(server: RunningServer) ->
     ("body", "needle"),
     [
         (b"{not json", "not valid JSON"),
-        (b'{"model": "m"}', "messages"),
+        (b'{"model": "satbench-reference"}', "messages"),
         (b'{"messages": []}', "messages"),
         (b'{"messages": [{"role": "user", "content": [{"type": "audio"}]}]}', "unsupported"),
         (b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": '
@@ -256,7 +260,7 @@ def test_cli_serves_on_a_free_port(demo: list[Question]) -> None:
         assert [d["id"] for d in models["data"]] == ["ref-cli"]
         q = next(q for q in demo if q.type == "rural_urban")
         with Image.open(q.image.path) as im, requests.Session() as s:  # type: ignore[arg-type]
-            assert _ask(s, url, q.text, _jpeg95(im)) == q.answer
+            assert _ask(s, url, q.text, _jpeg95(im), model="ref-cli") == q.answer
     finally:
         proc.terminate()
         proc.wait(timeout=TIMEOUT)
@@ -268,6 +272,58 @@ def test_cli_reports_a_busy_port(server: RunningServer,
     assert main(["--port", port]) == 2
     err = capsys.readouterr().err
     assert f"127.0.0.1:{port}" in err and "--port" in err
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest_satbench.server", *args],
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--port", "99999"], ["--port", "99999", "0-65535"]),
+        (["--port", "-1"], ["--port", "-1", "0-65535"]),
+        (["--port", "eighty"], ["--port", "'eighty'", "0-65535"]),
+        # TEST-NET-1 (RFC 5737) is never an address of this machine; binding it sends nothing.
+        (["--host", "192.0.2.1", "--port", "0"], ["--host 192.0.2.1", "127.0.0.1"]),
+        (["--model", " "], ["--model", "empty"]),
+        (["--prot", "8000"], ["unrecognized arguments: --prot", "--help"]),
+    ],
+    ids=["port-too-big", "port-negative", "port-not-a-number", "host-not-local", "empty-model",
+         "unknown-option"],
+)
+def test_cli_bad_options_are_one_line_and_exit_2(args: list[str], needles: list[str]) -> None:
+    proc = _cli(*args)
+    assert proc.returncode == 2, proc
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("satbench-server: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def test_cli_port_in_use_is_one_line_and_exit_2(server: RunningServer) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    proc = _cli("--port", port)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    expected = (f"satbench-server: --port {port} is already in use on 127.0.0.1:{port}; "
+                "pick another --port (0: any free port)")
+    assert proc.stderr.splitlines() == [expected]
+
+
+def test_cli_names_the_host_that_does_not_resolve() -> None:
+    # In-process with the resolver's own error: a real lookup of a bad name would ask DNS.
+    err = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    line = _bind_problem(err, "gpu-box", 8000)
+    assert line.startswith("--host 'gpu-box' does not resolve (Name or service not known)")
+    assert "127.0.0.1" in line
+
+
+@pytest.mark.parametrize("port", [65536, -1, True])
+def test_start_server_refuses_an_out_of_range_port(port: int) -> None:
+    with pytest.raises(ValueError, match="0 to 65535"):
+        start_server(port=port)
 
 
 def test_count_components_is_4_connected_with_min_area() -> None:
