@@ -97,7 +97,7 @@ class QuestionRunner:
         score_options: Callable[[Question, tuple[int, int] | None], ScoreOptions],
         blind: bool = False,
         fresh: bool = False,
-        concurrency: int = 64,
+        threads: int | None = None,
         judge: Judge | None = None,
     ) -> None:
         self.run_id = run_id
@@ -111,7 +111,11 @@ class QuestionRunner:
         self.fresh = fresh
         self.judge = judge
         self._judge_digest = judge.digest if judge is not None else ""
-        self._requests = DaemonWorkers(max(1, concurrency), "satbench-ask")
+        # A request holds its thread while in flight: as many threads as the pools could ever
+        # have in flight, started only as they are needed (limits adapt under the caps).
+        if threads is None:
+            threads = pool.max_possible_in_flight() + (judge.pool.max_possible_in_flight() if judge else 0)
+        self._requests = DaemonWorkers(max(1, threads), "satbench-ask")
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ planning
@@ -386,18 +390,31 @@ class DaemonWorkers:
     A ThreadPoolExecutor's threads are joined at exit, so after `-x` or Ctrl-C a request
     still waiting on a slow server (up to --request-timeout) would keep pytest from exiting.
     Nothing is lost by abandoning it: its answer was not stored, so a rerun asks it again.
+    Threads start when a call finds none idle, up to `n`: a pool allowed 512 requests per
+    server that runs 40 starts about 40.
     """
 
     def __init__(self, n: int, name: str) -> None:
         self._queue: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(n)]
+        self._max = max(1, n)
+        self._name = name
+        self._threads: list[threading.Thread] = []
+        self._idle = 0
+        self._lock = threading.Lock()
         self._closed = False
-        for t in self._threads:
-            t.start()
 
     def submit(self, fn: Callable[..., None], *args: object) -> None:
-        if not self._closed:
-            self._queue.put((fn, args))
+        if self._closed:
+            return
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1  # this call is that idle thread's
+            elif len(self._threads) < self._max:
+                t = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
+                self._threads.append(t)
+                t.start()
+            # else every thread is busy and none may be added: the call waits its turn
+        self._queue.put((fn, args))
 
     def _work(self) -> None:
         while True:
@@ -406,6 +423,8 @@ class DaemonWorkers:
                 return
             fn, args = task
             fn(*args)
+            with self._lock:
+                self._idle += 1
 
     def shutdown(self) -> None:
         self._closed = True

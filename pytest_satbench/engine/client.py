@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from pytest_satbench.engine.concurrency import ConcurrencySpec, EngineMetrics, Limiter, LimitPoint
 from pytest_satbench.engine.transport import (
     MAX_BODY_BYTES,
     Connections,
@@ -60,6 +61,7 @@ __all__ = [
     "ModelMismatch",
     "RequestFailed",
     "ServerPool",
+    "ServerLoad",
     "ServerState",
     "ServerUnavailable",
     "ServerUsage",
@@ -72,6 +74,10 @@ RETRY_AFTER_MAX_S = 120.0
 # Defaults of ServerPool's caps: a reply body (bytes) and an answer's stored text (characters).
 MAX_REPLY_BYTES = MAX_BODY_BYTES
 MAX_TEXT_CHARS = 64 * 1024
+# The control thread's period: limits move at most this often, /metrics is read this often.
+CONTROL_PERIOD_S = 0.25
+# A /metrics page slower than this is skipped for this tick (the limiter holds).
+METRICS_TIMEOUT_S = 2.0
 # Health checks are a GET of a tiny list; a server that cannot answer it in this time is not
 # ready, whatever --request-timeout says.
 HEALTH_TIMEOUT_S = 60.0
@@ -136,6 +142,10 @@ class ServerUsage:
     cost_reported: int  # answers that carried usage.cost
     models: Counter[str] = field(default_factory=Counter)  # model ids in answer bodies
     latencies_s: tuple[float, ...] = field(default=(), repr=False)  # of answered attempts
+    limit: int | None = None  # its in-flight limit now
+    limit_history: tuple[LimitPoint, ...] = field(default=(), repr=False)  # each change
+    max_in_flight: int = 0  # the most it had in flight at once
+    steered_by: str = ""  # "metrics", "latency" or "fixed": what set its limit
 
     @property
     def latency_mean_s(self) -> float | None:
@@ -159,6 +169,8 @@ class ServerUsage:
             "models": dict(self.models),
             "latency_mean_s": self.latency_mean_s, "latency_p50_s": self.latency_p50_s,
             "latency_p95_s": self.latency_p95_s,
+            "limit": self.limit, "max_in_flight": self.max_in_flight, "steered_by": self.steered_by,
+            "limit_history": [[p.t, p.limit, p.why] for p in self.limit_history],
         }
 
     @staticmethod
@@ -181,6 +193,9 @@ class ServerUsage:
             cost_reported=sum(p.cost_reported for p in parts),
             models=models,
             latencies_s=tuple(x for p in parts for x in p.latencies_s),
+            limit=sum(p.limit for p in parts if p.limit is not None) if any(p.limit for p in parts) else None,
+            max_in_flight=sum(p.max_in_flight for p in parts),
+            steered_by=parts[0].steered_by,
         )
 
 
@@ -194,6 +209,20 @@ class ServerState:
     last_error: str | None  # the reason of its last failed attempt, one line, no credentials
     last_error_at: float | None
     failures_in_a_row: int  # failed attempts since its last answer, of any kind
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLoad:
+    """One server's load now (ServerPool.loads): cheap enough to read every second."""
+
+    server: str
+    up: bool
+    in_flight: int
+    limit: int
+    requests: int
+    answered: int
+    failures: int
+    retries: int
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
@@ -278,7 +307,10 @@ class _Server:
     name: str  # the URL as shown everywhere (answers, usage, errors)
     conns: Connections
     route: str = ""  # how failures name it: the name, plus the proxy it is reached through
+    limiter: Limiter | None = None  # its in-flight limit (set by the pool)
     in_flight: int = 0
+    max_in_flight: int = 0
+    metrics: bool | None = None  # serves vLLM /metrics; None: not asked yet
     not_before: float = 0.0  # monotonic time before which no attempt goes here
     consecutive_failures: int = 0  # refused connections, drives the cool-down
     models: list[str] | None = None
@@ -307,8 +339,10 @@ class _Attempt(Exception):
 
     def __init__(self, reason: str, *, transient: bool, status: int | None = None,
                  retry_after: float | None = None, server_down: bool = False,
-                 advice: str | None = None, other_model: str | None = None) -> None:
+                 advice: str | None = None, other_model: str | None = None,
+                 overload: bool = False) -> None:
         super().__init__(reason)
+        self.overload = overload  # the server says it has more than it can take
         self.other_model = other_model  # the reply named this model, not the one asked for
         self.reason = reason
         self.transient = transient
@@ -326,10 +360,12 @@ class ServerPool:
     `model_aliases`: model ids a reply may name instead of the one asked for (a str is read
     as a comma-separated list); the Answer keeps the id the reply named.
     `on_state_change(server, up, reason)`: called once per down/up transition of a server.
+    `concurrency`: a ConcurrencySpec (default: adaptive per-server limits, engine.concurrency);
+    an int is a fixed cap on the whole pool, shared by fewest in flight.
     """
 
     def __init__(self, urls: Sequence[str], *, timeout: float = 600.0, retries: int = 4,
-                 concurrency: int = 64, api_key: str | None = None,
+                 concurrency: ConcurrencySpec | int = ConcurrencySpec(), api_key: str | None = None,
                  backoff_base: float = 0.5, backoff_max: float = 30.0,
                  connect_timeout: float = 10.0, proxies: ProxySettings | None = None,
                  max_reply_bytes: int = MAX_REPLY_BYTES, max_text_chars: int = MAX_TEXT_CHARS,
@@ -339,8 +375,8 @@ class ServerPool:
             urls = [u for u in urls.split(",") if u.strip()]
         if not urls:
             raise ValueError("no servers given; pass --servers http://HOST:PORT[,http://HOST:PORT...]")
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if isinstance(concurrency, int):
+            concurrency = ConcurrencySpec(total=concurrency, adaptive=False)
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         if timeout <= 0 or connect_timeout <= 0:
@@ -356,7 +392,7 @@ class ServerPool:
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
         self.retries = int(retries)
-        self.concurrency = int(concurrency)
+        self.concurrency = concurrency
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
         self.max_reply_bytes = int(max_reply_bytes)
@@ -386,7 +422,17 @@ class ServerPool:
             if proxy is not None and proxy.password and len(proxy.password) >= 6:
                 self._secrets.append(proxy.password)
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._slot_freed = threading.Condition(self._lock)  # a request ended or a limit rose
+        started = time.monotonic()
+        for srv in self._servers:
+            srv.limiter = concurrency.limiter(started)
+            if not concurrency.metrics:
+                srv.metrics = False
+        self._total_cap = concurrency.total_cap
+        self._in_flight = 0
+        self._peak_in_flight = 0
+        self._control: threading.Thread | None = None
+        self._control_stop = threading.Event()
         self._rr = 0
         self._closed = False
         self._model_swap: tuple[str, str] | None = None  # see model_swap()
@@ -400,7 +446,7 @@ class ServerPool:
     def __repr__(self) -> str:
         urls = ", ".join(s.name for s in self._servers)
         key = ", api_key=<set>" if self._api_key else ""
-        return f"ServerPool([{urls}], concurrency={self.concurrency}, retries={self.retries}{key})"
+        return f"ServerPool([{urls}], concurrency={self.concurrency.describe()!r}, retries={self.retries}{key})"
 
     def __enter__(self) -> ServerPool:
         return self
@@ -501,10 +547,12 @@ class ServerPool:
     def ask(self, *, model: str, prompt: str, image_jpeg: bytes | None, max_tokens: int,
             temperature: float = 0.0, image_b64: bytes | None = None) -> Answer:
         """One chat completion, retried on transient failures. Blocking and thread-safe;
-        blocks while `concurrency` requests are already in flight. image_jpeg=None asks the
-        question without an image (the blind control)."""
+        blocks while every server has as many requests in flight as its limit allows.
+        image_jpeg=None asks the question without an image (the blind control)."""
         if self._closed:
             raise RuntimeError("ServerPool is closed")
+        if self._control is None:
+            self._start_control()
         if image_b64 is None and image_jpeg is not None:
             image_b64 = base64.b64encode(image_jpeg)
         payload = chat_payload(model, prompt, image_b64, max_tokens, temperature)
@@ -520,22 +568,20 @@ class ServerPool:
                 # instead of hitting the server again in lockstep.
                 cap = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 2))
                 time.sleep(random.uniform(0.0, cap))
-            with self._slots:
-                srv = self._acquire(avoid=last_failed)
-                if srv.name not in tried:
-                    tried.append(srv.name)
-                try:
-                    answer = self._attempt(srv, payload, model, attempt)
-                except _Attempt as e:
-                    failure = e
-                    self._record_failure(srv, e)
-                    if not e.transient:
-                        break
-                    last_failed = srv
-                    continue
-                finally:
-                    with self._lock:
-                        srv.in_flight -= 1
+            srv = self._acquire(avoid=last_failed)
+            if srv.name not in tried:
+                tried.append(srv.name)
+            try:
+                answer = self._attempt(srv, payload, model, attempt)
+            except _Attempt as e:
+                failure = e
+                self._record_failure(srv, e)
+                if not e.transient:
+                    break
+                last_failed = srv
+                continue
+            finally:
+                self._release(srv)
             return answer
         assert failure is not None and srv is not None
         if failure.advice:
@@ -561,25 +607,49 @@ class ServerPool:
                             transient=failure.transient)
 
     def _acquire(self, avoid: _Server | None) -> _Server:
-        """Pick a server and count the request in flight there; waits out a cool-down only
-        when every server is cooling down."""
-        while True:
-            with self._lock:
+        """Pick a server with room under its limit and count the request in flight there;
+        waits while none has room (or every one is cooling down)."""
+        with self._slot_freed:
+            while True:
+                if self._closed:
+                    raise RuntimeError("ServerPool is closed")
                 now = time.monotonic()
                 n = len(self._servers)
                 start = self._rr
                 self._rr = (self._rr + 1) % n
-
-                # Fewest in flight: a slow server holds its requests longer and so gets
-                # fewer new ones. The retry goes elsewhere when there is an elsewhere.
-                ranks = [(s.not_before > now, s is avoid and n > 1, s.in_flight, (i - start) % n)
-                         for i, s in enumerate(self._servers)]
-                best = self._servers[min(range(n), key=ranks.__getitem__)]
-                wait = best.not_before - now
-                if wait <= 0:
+                best: _Server | None = None
+                best_rank: tuple[bool, float, int] | None = None
+                soonest = math.inf
+                if self._total_cap is None or self._in_flight < self._total_cap:
+                    for i, srv in enumerate(self._servers):
+                        if srv.not_before > now:
+                            soonest = min(soonest, srv.not_before)
+                            continue
+                        limit = srv.limiter.limit  # type: ignore[union-attr]
+                        if srv.in_flight >= limit:
+                            continue
+                        # The emptiest server relative to its own limit: servers fill in
+                        # proportion to what each can take, and a slow server, holding its
+                        # requests longer, gets fewer new ones. A retry goes elsewhere when
+                        # there is an elsewhere.
+                        rank = (srv is avoid and n > 1, srv.in_flight / limit, (i - start) % n)
+                        if best_rank is None or rank < best_rank:
+                            best, best_rank = srv, rank
+                if best is not None:
                     best.in_flight += 1
+                    best.max_in_flight = max(best.max_in_flight, best.in_flight)
+                    self._in_flight += 1
+                    self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
+                    best.limiter.in_flight_changed(now, best.in_flight)  # type: ignore[union-attr]
                     return best
-            time.sleep(min(wait, 1.0))
+                self._slot_freed.wait(min(soonest - now, 1.0) if soonest < math.inf else 1.0)
+
+    def _release(self, srv: _Server) -> None:
+        with self._slot_freed:
+            srv.in_flight -= 1
+            self._in_flight -= 1
+            srv.limiter.in_flight_changed(time.monotonic(), srv.in_flight)  # type: ignore[union-attr]
+            self._slot_freed.notify()
 
     def _attempt(self, srv: _Server, payload: bytes, model: str, attempt: int) -> Answer:
         with self._lock:
@@ -598,7 +668,7 @@ class ServerPool:
             raise _proxy_auth_attempt(r)
         if status == 429 or status == 408 or status >= 500:
             raise _Attempt(f"HTTP {status}: {_error_snippet(r)}", transient=True, status=status,
-                           retry_after=_retry_after(r))
+                           retry_after=_retry_after(r), overload=status in (429, 503, 504))
         if not 200 <= status < 300:
             raise _Attempt(f"HTTP {status}: {_error_snippet(r)}", transient=False, status=status)
         data, choice, content = _completion(r, model, self.model_aliases)
@@ -632,6 +702,7 @@ class ServerPool:
                 srv.cost_reported += 1
             srv.model_counts[ans.model] += 1
             srv.latencies.append(latency)
+            srv.limiter.completed(now, latency)  # type: ignore[union-attr]
         if self._events:
             self._notify()
         return ans
@@ -646,7 +717,7 @@ class ServerPool:
             return _Attempt(f"connection failed ({_one_line(str(e))})", transient=True, server_down=True)
         if e.kind == "timeout":
             return _Attempt(f"timed out (no complete reply within --request-timeout {self.timeout:g} s: "
-                            f"{e.detail})", transient=True)
+                            f"{e.detail})", transient=True, overload=True)
         if e.kind == "too-large":
             return _Attempt(f"reply too large ({_one_line(str(e))})", transient=False, status=e.status,
                             advice="a chat reply this large is a runaway (an endless or unbounded body); "
@@ -673,6 +744,8 @@ class ServerPool:
             srv.last_error_at = now
             if e.retry_after is not None:
                 srv.not_before = max(srv.not_before, now + e.retry_after)
+            if e.overload:
+                srv.limiter.overloaded(now)  # type: ignore[union-attr]
             if e.server_down:
                 # A refusing server answers instantly, so "fewest in flight" would send it
                 # every request; a growing cool-down keeps traffic on the live servers and
@@ -700,6 +773,72 @@ class ServerPool:
                     with contextlib.suppress(Exception):  # a reporting hook must not fail a request
                         self.on_state_change(*event)
 
+    # ------------------------------------------------------------------ limits
+    def _start_control(self) -> None:
+        with self._lock:
+            if self._control is not None or self._closed:
+                return
+            self._control = threading.Thread(target=self._steer, name="satbench-limits", daemon=True)
+        self._control.start()
+
+    def _steer(self) -> None:
+        """Ticks every server's limiter, with its /metrics when it serves them."""
+        while not self._control_stop.wait(CONTROL_PERIOD_S):
+            for srv in self._servers:
+                if srv.down:
+                    continue  # its cool-down probes it; the limit waits for its answers
+                metrics = None
+                if srv.metrics is not False:
+                    metrics = self._scrape(srv)
+                    if metrics is None and srv.metrics:
+                        continue  # a missed scrape of a server with metrics: hold its limit
+                with self._slot_freed:
+                    before = srv.limiter.limit  # type: ignore[union-attr]
+                    srv.limiter.tick(time.monotonic(), metrics)  # type: ignore[union-attr]
+                    if srv.limiter.limit > before:  # type: ignore[union-attr]
+                        self._slot_freed.notify_all()
+
+    def _scrape(self, srv: _Server) -> EngineMetrics | None:
+        """The server's vLLM metrics now; None when it has none (then never asked again) or
+        this scrape failed (asked again next tick)."""
+        from pytest_satbench.engine import metrics
+
+        try:
+            r = srv.conns.request("GET", "/metrics", timeout=min(self.timeout, METRICS_TIMEOUT_S),
+                                  max_body=4 * 2**20)
+        except TransportError:
+            return None
+        found = metrics.parse(r.body.decode("utf-8", "replace"), None) if r.status == 200 else None
+        if srv.metrics is None:
+            srv.metrics = found is not None
+        return found
+
+    def loads(self) -> list[ServerLoad]:
+        """Each server's in flight, limit and counters now, in --servers order."""
+        with self._lock:
+            return [ServerLoad(s.name, not s.down, s.in_flight, s.limiter.limit,  # type: ignore[union-attr]
+                               s.requests, s.answered, s.failures, s.retries) for s in self._servers]
+
+    def limits(self) -> dict[str, int]:
+        """Each server's in-flight limit now."""
+        with self._lock:
+            return {s.name: s.limiter.limit for s in self._servers}  # type: ignore[union-attr]
+
+    def max_in_flight(self) -> int:
+        """The most this pool can have in flight now (what a caller should keep queued)."""
+        with self._lock:
+            room = sum(s.limiter.limit for s in self._servers)  # type: ignore[union-attr]
+        return room if self._total_cap is None else min(room, self._total_cap)
+
+    def peak_in_flight(self) -> int:
+        """The most requests this pool has had in flight at once, over all servers."""
+        return self._peak_in_flight
+
+    def max_possible_in_flight(self) -> int:
+        """The most it could ever have in flight (the caps): threads to provision."""
+        room = len(self._servers) * self.concurrency.server_cap
+        return room if self._total_cap is None else min(room, self._total_cap)
+
     # ------------------------------------------------------------------ state
     def last_answer_at(self) -> float | None:
         """time.monotonic() of the last answer from any server; None before the first."""
@@ -724,15 +863,28 @@ class ServerPool:
                     retries=s.retries, prompt_tokens=s.prompt_tokens,
                     completion_tokens=s.completion_tokens, cost=s.cost,
                     cost_reported=s.cost_reported, models=Counter(s.model_counts),
-                    latencies_s=tuple(s.latencies),
+                    latencies_s=tuple(s.latencies), limit=s.limiter.limit,  # type: ignore[union-attr]
+                    limit_history=s.limiter.history, max_in_flight=s.max_in_flight,  # type: ignore[union-attr]
+                    steered_by=_steered_by(s, self.concurrency),
                 )
                 for s in self._servers
             }
 
     def close(self) -> None:
-        self._closed = True
+        with self._slot_freed:
+            self._closed = True
+            self._slot_freed.notify_all()
+        self._control_stop.set()
+        if self._control is not None and self._control is not threading.current_thread():
+            self._control.join(timeout=5)
         for s in self._servers:
             s.conns.close()
+
+
+def _steered_by(srv: _Server, spec: ConcurrencySpec) -> str:
+    if not spec.adaptive:
+        return "fixed"
+    return "metrics" if srv.metrics else "latency"
 
 
 def _proxy_attempt(e: TransportError) -> _Attempt:

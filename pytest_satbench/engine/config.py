@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_satbench.codecs.base import ArmSpec
 from pytest_satbench.core.prompts import DEFAULT_STYLE
+from pytest_satbench.engine.concurrency import ConcurrencySpec
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class RuntimeConfig:
     iou: str = "inclusive"
     blind: bool = False
     fresh: bool = False
-    concurrency: int = 64  # requests in flight from this process
+    # requests in flight from this process: caps, and adaptive limits under them
+    concurrency: ConcurrencySpec = field(default_factory=ConcurrencySpec)
     cache_images: int = 256
     request_timeout: float = 600.0
     retries: int = 4

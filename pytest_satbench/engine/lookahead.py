@@ -7,6 +7,8 @@ answers are all stored complete at once and cost no request.
 
 Memory stays bounded by the window, not by the number of selected items: the feeder holds
 at most `window` unconsumed results (the seed queued the whole dataset in its thread pool).
+The window may be a callable, read before each submission: it follows the servers' limits
+as they adapt.
 
 Under pytest-xdist the items a worker will run are the ones the controller has sent it;
 `worker_upcoming` reads that queue, so look-ahead works per worker too.
@@ -35,14 +37,16 @@ class LookAhead(Generic[T, R]):
         upcoming: Iterable[T],
         submit: Callable[[T], Future[R]],
         key: Callable[[T], str],
-        window: int,
+        window: int | Callable[[], int],
     ) -> None:
         self._upcoming = upcoming
         self._submit = submit
         self._key = key
-        self._slots = threading.Semaphore(max(1, window))
+        self._window = window if callable(window) else (lambda: window)
+        self._held = 0  # results submitted ahead and not yet handed out
         self._state: dict[str, Any] = {}  # key -> Future (submitted ahead) or _CLAIMED
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.submitted_ahead = 0
@@ -55,22 +59,24 @@ class LookAhead(Generic[T, R]):
     def _feed(self) -> None:
         try:
             for item in self._upcoming:
-                # wait for a free slot, but wake up promptly when stopped
-                while not self._slots.acquire(timeout=0.1):
+                window = max(1, self._window())
+                k = self._key(item)
+                with self._room:
+                    # wait for room, but wake up promptly when stopped (and re-read the window)
+                    while self._held >= window:
+                        if self._stop.is_set():
+                            return
+                        self._room.wait(0.1)
+                        window = max(1, self._window())
                     if self._stop.is_set():
                         return
-                if self._stop.is_set():
-                    self._slots.release()
-                    return
-                k = self._key(item)
-                with self._lock:
                     if k in self._state:  # already claimed by its runner; nothing to do
                         if self._state[k] is _CLAIMED:
                             del self._state[k]
-                        self._slots.release()
                         continue
                     fut = self._submit(item)
                     self._state[k] = fut
+                    self._held += 1
                     self.submitted_ahead += 1
         except Exception:  # the feeder is an optimisation: items still run on demand
             return
@@ -87,10 +93,10 @@ class LookAhead(Generic[T, R]):
             if not ahead:
                 self._state[k] = _CLAIMED
         if ahead:
-            try:
-                return _wait(got, timeout, poll, every)
-            finally:
-                self._slots.release()
+            with self._room:
+                self._held -= 1
+                self._room.notify()
+            return _wait(got, timeout, poll, every)
         self.submitted_on_demand += 1
         return _wait(self._submit(item), timeout, poll, every)
 

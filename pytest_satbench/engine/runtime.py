@@ -128,14 +128,16 @@ class Runtime:
 
         self.runner = QuestionRunner(
             run_id=cfg.run_id, pool=self.pool, images=self.images, store=self.store, settings=settings,
-            score_options=score_options, blind=cfg.blind, fresh=cfg.fresh, concurrency=cfg.concurrency,
+            score_options=score_options, blind=cfg.blind, fresh=cfg.fresh,
             judge=judge,
         )
         stack.callback(self.runner.close)
         if upcoming is not None:
             self.lookahead = LookAhead(
                 upcoming, submit=lambda item: self.runner.submit(self.job(item)),
-                key=lambda item: item.nodeid, window=max(2 * cfg.concurrency, 8),
+                # twice what the servers may hold now: an item asks one request per arm, and
+                # the window follows the limits as they adapt
+                key=lambda item: item.nodeid, window=lambda: max(2 * self.pool.max_in_flight(), 8),
             )
             stack.callback(self.lookahead.stop)
             self.lookahead.start()

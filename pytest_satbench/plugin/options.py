@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 from pytest_satbench.core.prompts import DEFAULT_STYLE
+from pytest_satbench.engine.concurrency import ConcurrencySpec
 
 if TYPE_CHECKING:
     from pytest_satbench.codecs.base import ArmSpec
@@ -74,6 +75,28 @@ def one_of(allowed: Sequence[str]) -> Parse:
         return raw
 
     return parse
+
+
+def _concurrency(where: str, raw: str) -> tuple[int | None, int | None]:
+    """(cap per server, cap in all) from auto | N | total:N."""
+    text = raw.strip().lower()
+    if text == "auto":
+        return None, None
+    total = text.startswith("total:")
+    number = text.removeprefix("total:").strip()
+    try:
+        value = int(number)
+    except ValueError:
+        raise pytest.UsageError(f"{where}: expected auto, N (per server) or total:N, got {raw!r}") from None
+    if value < 1:
+        raise pytest.UsageError(f"{where}: must be at least 1, got {value}")
+    return (None, value) if total else (value, None)
+
+
+def _concurrency_spec(values: Mapping[str, Any]) -> ConcurrencySpec:
+    per_server, total = values["concurrency"]
+    return ConcurrencySpec(per_server=per_server, total=total, adaptive=values["concurrency_control"] == "adaptive",
+                           metrics=values["metrics"] == "auto")
 
 
 def _servers(where: str, raw: str) -> tuple[tuple[str, ...], bool]:
@@ -278,6 +301,8 @@ class Option:
     fallback: Callable[[], Any] | None = None
     # the Settings value from every option's parsed value (by `dest`): options that combine
     build: Callable[[Mapping[str, Any]], Any] | None = None
+    # with `build`: the Settings value it makes from the defaults, where that is not `default`
+    built_default: Any = None
 
     @property
     def dest(self) -> str:
@@ -345,8 +370,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("--recon-gpu", "the seed's spelling: --recon-gpu 7 is --recon-device cuda:7", parse=_gpu_index,
            fields=(), metavar="N"),
     Option("--max-new", "max_tokens per answer", default=1024, parse=integer(), ini="satbench_max_new", metavar="N"),
-    Option("--concurrency", "requests in flight across all servers (shared by xdist workers)", default=64,
-           parse=integer(), ini="satbench_concurrency", metavar="N"),
+    Option("--concurrency", "cap on requests in flight: N per server, or total:N across all servers; under the "
+           "cap each server's limit adapts to what it can take (caps are for the whole run: xdist workers share "
+           "them)", default=(None, None), parse=_concurrency, ini="satbench_concurrency", metavar="auto|N|total:N",
+           fields=(), default_doc="auto: no cap but 512 per server"),
+    Option("--concurrency-control", "adaptive: each server's limit is found and followed; fixed: every server "
+           "is held at the cap (--concurrency total:64 --concurrency-control fixed is the behaviour before "
+           "adaptive limits)", default="adaptive", choices=("adaptive", "fixed"), ini="satbench_concurrency_control",
+           fields=()),
+    Option("--metrics", "auto: steer limits by a server's vLLM /metrics when it serves them; off: by latency and "
+           "throughput alone", default="auto", choices=("auto", "off"), ini="satbench_metrics",
+           fields=("concurrency",), build=_concurrency_spec, built_default=ConcurrencySpec()),
     Option("--cache-images", "prepared images kept in memory", default=256, parse=integer(),
            ini="satbench_cache_images", metavar="N"),
     Option("--request-timeout", "deadline of one request attempt, whole (connect, send, receive), in seconds",
@@ -417,7 +451,7 @@ def _field_defaults(options: Sequence[Option]) -> dict[str, Any]:
     for opt in options:
         names = opt.settings_fields
         if len(names) == 1:
-            out[names[0]] = opt.default
+            out[names[0]] = opt.default if opt.built_default is None else opt.built_default
         elif names:
             out.update(zip(names, opt.default, strict=True))
     return out
@@ -438,7 +472,7 @@ class Settings:
     limit: int | None = _D["limit"]
     arms: tuple[ArmSpec, ...] = _D["arms"]
     max_new: int = _D["max_new"]
-    concurrency: int = _D["concurrency"]
+    concurrency: ConcurrencySpec = _D["concurrency"]
     cache_images: int = _D["cache_images"]
     request_timeout: float = _D["request_timeout"]
     retries: int = _D["retries"]

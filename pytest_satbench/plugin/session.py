@@ -220,7 +220,7 @@ class SatbenchSession:
         if s.builtin_server:
             url = workerinput.get("satbench_builtin_url") or self._builtin_server().url
             urls = (url,)
-        # --concurrency is for the whole run: xdist workers share it
+        # --concurrency's caps are for the whole run: xdist workers share them
         workers = int(workerinput.get("workercount", 1) or 1)
         return RuntimeConfig(
             run_id=self.run_id, tag=s.tag, urls=urls, store_path=self.store_path,
@@ -228,7 +228,7 @@ class SatbenchSession:
             recon_cache_bytes=int(os.environ.get("SATBENCH_RECON_CACHE_BYTES", 20 * 2**30)),
             arms=s.arms, model=s.model, max_new=s.max_new, prompt_style=s.prompt_style,
             box_grid=s.box_grid, iou=s.iou, blind=s.blind, fresh=s.fresh,
-            concurrency=max(1, s.concurrency // workers), cache_images=s.cache_images,
+            concurrency=s.concurrency.split(workers), cache_images=s.cache_images,
             request_timeout=s.request_timeout, retries=s.retries, api_key=s.api_key,
             judge_url=s.judge_url, judge_model=s.judge_model, max_reply_bytes=s.max_reply_bytes,
             max_answer_chars=s.max_answer_chars, model_aliases=s.model_aliases, on_server_state=self._server_state,

@@ -10,7 +10,8 @@ used in place of `--dist load` (the default of `-n`):
   (`workerinput["satbench_groups_dir"]`): a side channel, as pytest-cov uses, because
   xdist only ships node ids to the controller;
 - the controller hands out whole groups, keeping each worker's queue filled to about
-  `4 x --concurrency` items so the worker's look-ahead sees enough work ahead; all
+  4 x the requests the caps allow in flight (`queued_for`) so the worker's look-ahead
+  sees enough work ahead; all
   bookkeeping is O(1) per completed item.
 """
 
@@ -27,7 +28,12 @@ from typing import Any
 
 import pytest
 
+from pytest_satbench.engine.concurrency import ConcurrencySpec
 from pytest_satbench.plugin.items import SESSION_KEY, QuestionItem
+
+# The most requests `queued_for` counts on (x4 items queued per worker): enough for any
+# limits adaptive control reaches on a few servers, few enough for an even end of the run.
+MAX_QUEUED = 1024
 
 
 def image_groups(items: Sequence[pytest.Item]) -> list[int]:
@@ -81,6 +87,15 @@ class XdistHooks:
             self.groups_dir.rmdir()
 
 
+def queued_for(spec: ConcurrencySpec, servers: int) -> int:
+    """Requests the run may hold in flight at most, by its caps: what the workers' queues
+    must feed (bounded, so the last groups are not all queued on one worker at the end)."""
+    room = spec.server_cap * max(1, servers)
+    if spec.total_cap is not None:
+        room = min(room, spec.total_cap)
+    return min(room, MAX_QUEUED)
+
+
 class ImageGroupScheduling:
     """Implements xdist's `Scheduling` protocol, handing out whole image groups."""
 
@@ -99,7 +114,8 @@ class ImageGroupScheduling:
         self.pending_groups: deque[range] = deque()
         self.collection: Sequence[str] | None = None
         # the parsed settings, so the ini's satbench_concurrency counts here as everywhere
-        self.fill_to = 4 * config.stash[SESSION_KEY].settings.concurrency
+        settings = config.stash[SESSION_KEY].settings
+        self.fill_to = 4 * queued_for(settings.concurrency, 1 if settings.builtin_server else len(settings.servers))
 
     # ------------------------------------------------------------------ protocol state
     @property

@@ -89,7 +89,7 @@ def test_help_shows_every_option_and_ini_with_its_default(pytester: pytest.Pytes
         if opt.ini:
             kind = "linelist" if opt.kind == "list" else "string"
             assert shown(f"{opt.ini} ({kind}):", opt.ini_help()), opt.ini
-    assert "(default 64)" in opt_help("--concurrency")
+    assert "(default: auto: no cap but 512 per server)" in opt_help("--concurrency")
     assert "(default 'geocot')" in opt_help("--prompt-style")
 
 
@@ -113,7 +113,10 @@ def ini_cases(d1: Path, d2: Path) -> dict[str, IniCase]:
                         (d1, "satbench_data_root"), (d2, "--data-root")),
         "--recon": ("jpeg:quality=10", "jpeg:quality=20", arms, ("jpeg:quality=10",), ("jpeg:quality=20",)),
         "--max-new": ("100", "200", lambda s: s.max_new, 100, 200),
-        "--concurrency": ("8", "3", lambda s: s.concurrency, 8, 3),
+        "--concurrency": ("8", "total:3", lambda s: (s.concurrency.per_server, s.concurrency.total),
+                          (8, None), (None, 3)),
+        "--concurrency-control": ("fixed", "adaptive", lambda s: s.concurrency.adaptive, False, True),
+        "--metrics": ("off", "auto", lambda s: s.concurrency.metrics, False, True),
         "--cache-images": ("10", "20", lambda s: s.cache_images, 10, 20),
         "--request-timeout": ("30", "2.5", lambda s: s.request_timeout, 30.0, 2.5),
         "--retries": ("0", "2", lambda s: s.retries, 0, 2),
@@ -154,7 +157,9 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--max-tiles": ("0", "--max-tiles: must be at least 1, got 0"),
     "--recon-gpu": ("cuda:1", "--recon-gpu: pass a GPU index (e.g. 7)*"),
     "--max-new": ("x", "--max-new: expected an integer, got 'x'"),
-    "--concurrency": ("many", "--concurrency: expected an integer, got 'many'"),
+    "--concurrency": ("many", "--concurrency: expected auto, N (per server) or total:N, got 'many'"),
+    "--concurrency-control": ("auto", "--concurrency-control: expected one of adaptive, fixed, got 'auto'"),
+    "--metrics": ("on", "--metrics: expected one of auto, off, got 'on'"),
     "--cache-images": ("0", "--cache-images: must be at least 1, got 0"),
     "--request-timeout": ("soon", "--request-timeout: expected a number of seconds, got 'soon'"),
     "--retries": ("-1", "--retries: must be at least 0, got -1"),
@@ -173,6 +178,7 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--repeat-orig": ("1", "--repeat-orig: K is the number of asks in all*"),
     "--repeat-sample": ("x", "--repeat-sample: expected an integer, got 'x'"),
     "--bootstrap": ("x", "--bootstrap: expected an integer, got 'x'"),
+    "--progress-every": ("-1", "--progress-every: must be at least 0, got -1"),
 }
 
 
@@ -196,7 +202,8 @@ def test_a_bad_value_is_one_line_naming_the_option(pytester: pytest.Pytester, fl
 
 def test_a_bad_ini_value_is_one_line_naming_the_ini(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nsatbench_concurrency = many\nsatbench_request_timeout = nan\n")
-    assert_one_line_usage_error(pytester.runpytest(), "satbench_concurrency: expected an integer, got 'many'")
+    assert_one_line_usage_error(pytester.runpytest(),
+                                "satbench_concurrency: expected auto, N (per server) or total:N, got 'many'")
     # a good command-line value means the ini's is not used, so not checked
     assert_one_line_usage_error(pytester.runpytest("--concurrency", "2"),
                                 "satbench_request_timeout: must be a positive number of seconds, got 'nan'")
@@ -206,7 +213,8 @@ def test_readme_rows_cover_the_table() -> None:
     rows = markdown_rows()
     assert rows[0] == "| option | default | meaning |"
     assert len(rows) == 2 + len(OPTIONS)
-    assert "| `--concurrency N` | 64 | requests in flight" in rows[2 + [o.flag for o in OPTIONS].index("--concurrency")]
+    row = rows[2 + [o.flag for o in OPTIONS].index("--concurrency")]
+    assert row.startswith("| `--concurrency auto\\|N\\|total:N` | auto: no cap but 512 per server | cap on requests"), row
     assert all(row.count(" | ") == 2 for row in rows[2:])  # no unescaped | inside a cell
 
 
@@ -239,7 +247,8 @@ def test_xdist_scheduler_honours_ini_concurrency(pytester: pytest.Pytester) -> N
                 "-W", "ignore::pytest.PytestAssertRewriteWarning")
         from_ini = pytester.runpytest(*args)
         assert from_ini.ret == 0, from_ini.stdout.str()
-        assert json.loads(fill_to.read_text()) == 4 * 8  # the scheduler keeps 4 x concurrency queued
-        from_cli = pytester.runpytest(*args, "--concurrency", "3")
+        # the scheduler keeps 4 x the requests the caps allow queued: 8 per server, one server
+        assert json.loads(fill_to.read_text()) == 4 * 8
+        from_cli = pytester.runpytest(*args, "--concurrency", "total:3")
         assert from_cli.ret == 0, from_cli.stdout.str()
         assert json.loads(fill_to.read_text()) == 4 * 3

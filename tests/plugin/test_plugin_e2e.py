@@ -176,7 +176,7 @@ def test_regressions_are_letters_and_fail_only_when_asked(pytester: pytest.Pytes
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--concurrency", "many"], "--concurrency: expected an integer, got 'many'"),
+        (["--concurrency", "many"], "--concurrency: expected auto, N (per server) or total:N, got 'many'"),
         (["--recon", "jpeg:quality=500"], "--recon jpeg: quality=500 is out of range 1..100"),
         (["--recon", "webp"], "--recon 'webp': unknown codec 'webp'*"),
         (["--servers", "gpu1:8000"], "--servers: 'gpu1:8000' is not a URL*"),
