@@ -6,8 +6,9 @@ here as a plugin) imports the engine, numpy, PIL and SQLite where a benchmark ru
 
 Behaviour lives in modules named for one concern: `options` (the option table), `items`
 (questions as items, -k before loading), `session` (the per-run state object), `protocol`
-(the lean per-item run protocol), `outcomes` (letters and verdicts), `terminal` (the
-summary), `xdist` (hooks and the image-group scheduler), `fixtures` (public fixtures).
+(the lean per-item run protocol), `outcomes` (letters and verdicts), `progress` (the live
+progress line), `terminal` (the summary; how the progress line is written), `xdist` (hooks
+and the image-group scheduler), `fixtures` (public fixtures).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = state
     config.pluginmanager.register(state, "satbench-session")
     if settings.servers or settings.builtin_server:
+        from pytest_satbench.plugin import progress
+
+        progress.register(config)  # the live progress line (--progress-every)
         # pytest's --nf plugin rewrites a file of every node id ever seen on every run
         # (9 MB at 222k ids) and re-reads it at every start; benchmark runs don't need it.
         nf = config.pluginmanager.get_plugin("nfplugin")

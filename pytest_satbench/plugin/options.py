@@ -430,6 +430,10 @@ OPTIONS: tuple[Option, ...] = (
            "dataset version", kind="flag", default=False),
     Option("--export-jsonl", "write every stored row to reports/results.jsonl at the end", kind="flag",
            default=False),
+    Option("--progress-every", "the progress line (answered/total, q/s over the last minute, elapsed, ETA, "
+           "in flight per server, errors, retries): on a terminal it is rewritten in place once a second; "
+           "otherwise (CI logs, SLURM) a plain line is printed every S seconds; 0 turns it off",
+           default=60, parse=integer(minimum=0), fields=(), metavar="S"),
 )
 
 
