@@ -1,4 +1,4 @@
-"""A lean run protocol for question items.
+"""A lean run protocol for question items, and lean reports.
 
 pytest's protocol wraps each of an item's three phases in output capture (two `dup2`
 calls per phase), a logging handler, fixture setup and teardown, and three full reports.
@@ -14,40 +14,189 @@ with py-spy on pytest 9.2). This protocol keeps what other plugins and pytest us
 
 What a question item does not get: fixtures (autouse ones included) and output capture.
 Items of other kinds in the same run (your own tests) run pytest's normal protocol.
+
+Memory. pytest keeps every report to the end of the session (the terminal's `stats`, for the
+final counts, -r and --durations): three per item, 3.3 KB per question item in all before
+this module kept them small (bench/memory.py). So the reports of question items
+
+- carry no keywords (pytest builds a dict of every keyword of the node chain for each call
+  report; nothing reads it after the item: -k and -m select items, not reports), share the
+  item's structured node id and location instead of parsing the node id again per report;
+- are stored, once every plugin has seen them, as a `LeanReport`: the same attributes in
+  slots, empty sections and user properties as shared empty tuples (`QuestionReports`);
+- leave nothing in the item's stash: pytest's tmp_path plugin records every phase's outcome
+  there for its fixture's teardown, which a question item never runs.
+
+A failed report (an errored question) is kept as pytest made it: its longrepr is the
+failure section.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Literal
 
 import pytest
 from _pytest.reports import TestReport
 from _pytest.runner import CallInfo
 
+try:  # the tmp_path plugin's per-item record (pytest >= 7.3); absent elsewhere: nothing to drop
+    from _pytest.tmpdir import tmppath_result_key as _TMP_PATH_RESULT
+except ImportError:  # pragma: no cover
+    _TMP_PATH_RESULT = None
 
-def _passed(item: pytest.Item, when: str, call: CallInfo[None]) -> TestReport:
+# One empty keyword mapping for every lean report: read-only, so nothing can fill one
+# report's keywords into all of them. (A report on its way through the hooks gets its own
+# empty dict: xdist serialises reports, and a mapping proxy is not serialisable.)
+NO_KEYWORDS: Mapping[str, Literal[1]] = MappingProxyType({})
+
+
+def _node_id(item: pytest.Item) -> Any:
+    # pytest >= 9.2 keeps the structured id on the item; a report given the string parses it
+    # again (about 700 bytes and a few microseconds per report)
+    return getattr(item, "id", None) or item.nodeid
+
+
+def _passed(item: pytest.Item, when: str, duration: float, start: float, stop: float) -> TestReport:
     # A passed setup/teardown report carries nothing anyone reads but its outcome; built
     # directly, without walking the node's keywords as TestReport.from_item_and_call does.
     return TestReport(
-        nodeid=item.nodeid, location=item.location, keywords={}, outcome="passed", longrepr=None,
-        when=when, sections=(), duration=call.duration, start=call.start, stop=call.stop,
+        nodeid=_node_id(item), location=item.location, keywords={}, outcome="passed", longrepr=None,
+        when=when, sections=(), duration=duration, start=start, stop=stop,
+    )
+
+
+def _drop_tmp_path_record(item: pytest.Item) -> None:
+    """pytest's tmp_path plugin files each phase's outcome in the item's stash for its
+    fixture's teardown; a question item has no fixture, and the record (a dict, and the
+    stash's table) would stay to the end: 220 bytes per item."""
+    stash = item.stash
+    if _TMP_PATH_RESULT is None or _TMP_PATH_RESULT not in stash:
+        return
+    del stash[_TMP_PATH_RESULT]
+    storage = getattr(stash, "_storage", None)
+    if not len(stash) and isinstance(storage, dict):
+        storage.clear()  # an emptied dict keeps its table until cleared
+
+
+def call_report(item: pytest.Item, call: CallInfo[None]) -> TestReport | None:
+    """The call report of a question item that passed, as `TestReport.from_item_and_call`
+    makes it but without keywords; None when the call raised (pytest's own report then,
+    with the failure section)."""
+    if call.excinfo is not None:
+        return None
+    sections = [(f"Captured {key} {when}", content) for when, key, content in item._report_sections]
+    return TestReport(
+        _node_id(item), item.location, {}, "passed", None, "call", sections,
+        call.duration, call.start, call.stop, user_properties=item.user_properties,
     )
 
 
 def run_question_item(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    setup = CallInfo.from_call(lambda: None, when="setup")
-    ihook.pytest_runtest_logreport(report=_passed(item, "setup", setup))
+    # nothing runs in a question item's setup (no fixtures): its report says so, at one instant
+    now = time.time()
+    ihook.pytest_runtest_logreport(report=_passed(item, "setup", 0.0, now, now))
 
     call = CallInfo.from_call(item.runtest, when="call", reraise=(pytest.exit.Exception, KeyboardInterrupt))
     report = ihook.pytest_runtest_makereport(item=item, call=call)
+    _drop_tmp_path_record(item)
     ihook.pytest_runtest_logreport(report=report)
 
     if item.session.shouldfail or item.session.shouldstop:
         nextitem = None  # as pytest's own protocol: tear everything down when stopping
-    teardown = CallInfo.from_call(lambda: item.session._setupstate.teardown_exact(nextitem), when="teardown")
-    if teardown.excinfo is None:
-        ihook.pytest_runtest_logreport(report=_passed(item, "teardown", teardown))
-    else:  # a finaliser of some earlier test failed: report it as pytest would
-        ihook.pytest_runtest_logreport(report=ihook.pytest_runtest_makereport(item=item, call=teardown))
+    setupstate = item.session._setupstate
+    if not setupstate.stack:
+        # nothing is set up (question items set nothing up; no test of pytest's own protocol
+        # ran before, or its nodes are torn down): teardown has nothing to do, at the instant
+        # the call ended
+        ihook.pytest_runtest_logreport(report=_passed(item, "teardown", 0.0, call.stop, call.stop))
+    else:
+        teardown = CallInfo.from_call(lambda: setupstate.teardown_exact(nextitem), when="teardown")
+        if teardown.excinfo is None:
+            ihook.pytest_runtest_logreport(report=_passed(item, "teardown", teardown.duration, teardown.start,
+                                                          teardown.stop))
+        else:  # a finaliser of some earlier test failed: report it as pytest would
+            ihook.pytest_runtest_logreport(report=ihook.pytest_runtest_makereport(item=item, call=teardown))
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
+
+
+# ---------------------------------------------------------------------- lean reports
+_EMPTY: tuple[()] = ()
+# what every passed report of a question item has in common: class attributes of LeanReport,
+# not stored per report (an attribute set on one report still goes to that report alone)
+_COMMON: dict[str, Any] = {"outcome": "passed", "longrepr": None, "keywords": NO_KEYWORDS, "sections": _EMPTY,
+                           "user_properties": _EMPTY}
+
+
+class LeanReport(TestReport):  # type: ignore[misc]  # TestReport is @final for type checkers only
+    """A passed report of a question item as the terminal keeps it to the end: the same
+    attributes, the ones that differ between items in slots, the ones all share (outcome,
+    no longrepr, no keywords, sections or user properties) on the class. A TestReport's
+    instance dict alone is ~300 bytes; this is ~100 in all. Attributes other plugins added
+    (e.g. xdist's) still go to an instance dict, made only for them."""
+
+    __slots__ = ("_id", "location", "when", "duration", "start", "stop", "satbench_outcome")
+    outcome = "passed"
+    longrepr = None
+    keywords = NO_KEYWORDS
+    sections = _EMPTY
+    user_properties = _EMPTY
+
+    @classmethod
+    def of(cls, report: TestReport) -> LeanReport:
+        lean = object.__new__(cls)
+        for name, value in report.__dict__.items():
+            if name in _COMMON and (value == _COMMON[name] or (not value and name != "outcome")):
+                continue  # the class has it
+            setattr(lean, name, value)
+        return lean
+
+
+def is_lean_candidate(report: Any) -> bool:
+    """A passed report of a question item: no failure and no keywords (pytest gives every
+    other item's reports at least the item's name as a keyword)."""
+    return (type(report) is TestReport and report.outcome == "passed" and report.longrepr is None
+            and not report.keywords and not report.sections)
+
+
+class QuestionReports:
+    """Registered by the session once question items are collected. Keeps the terminal's
+    copies of question items' passed reports lean (`LeanReport`).
+
+    Runs after every other `pytest_runtest_logreport` implementation (trylast), when the
+    terminal has filed the report under its category (`TerminalReporter.stats`, the last
+    entry of one list): that entry is replaced by a lean copy. The report object the hooks
+    saw is not changed, so a plugin that kept it keeps what it saw. Also makes the passed call
+    reports of question items (`call_report`)."""
+
+    NAME = "satbench-question-reports"
+
+    def __init__(self, config: pytest.Config, is_question: Any) -> None:
+        self.config = config
+        self.is_question = is_question  # item -> bool
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: CallInfo[None]) -> TestReport | None:
+        """A question item's passed call report, without pytest's keyword dict (first result:
+        pytest's own implementation is not called; every wrapper still wraps it)."""
+        if call.when == "call" and self.is_question(item):
+            return call_report(item, call)
+        return None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: TestReport) -> None:
+        if not is_lean_candidate(report):
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        stats: dict[str, list[Any]] | None = getattr(reporter, "stats", None)
+        if not stats:
+            return
+        for reports in stats.values():
+            if reports and reports[-1] is report:
+                reports[-1] = LeanReport.of(report)
+                return

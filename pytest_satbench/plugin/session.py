@@ -182,6 +182,12 @@ class SatbenchSession:
         # (a full collect first would cost 0.2 s at that size and find almost nothing).
         if len(session.items) > 10_000:
             gc.freeze()
+        # question items' reports stay small to the end of the session (plugin/protocol.py)
+        from pytest_satbench.plugin.protocol import QuestionReports
+
+        pm = self.config.pluginmanager
+        if not pm.has_plugin(QuestionReports.NAME) and any(isinstance(i, QuestionItem) for i in session.items):
+            pm.register(QuestionReports(self.config, lambda item: isinstance(item, QuestionItem)), QuestionReports.NAME)
 
     # ------------------------------------------------------------------ running
     @pytest.hookimpl(wrapper=True)
