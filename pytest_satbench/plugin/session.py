@@ -427,30 +427,34 @@ class SatbenchSession:
 
     def _finish(self, session: pytest.Session, store: Any) -> None:
         from pytest_satbench.core import gates
+        from pytest_satbench.report import RunReports
         from pytest_satbench.report.build import collect
 
         if not any(r["run_id"] == self.run_id for r in store.runs(self.settings.tag)):
             return  # no question ran in this run
         if not (self.interrupted or self.stopped):
             store.finish_run(self.run_id)  # an interrupted or stopped run stays unfinished, and says so
-        self.results = collect(store, self.run_id, iterations=self.settings.bootstrap)
-        if not self.results:
-            return
-        self.gate_results = gates.evaluate(list(self.settings.gates), {r.benchmark: r.stats for r in self.results})
-        if any(not g.passed for g in self.gate_results) and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = gates.GATE_FAILED_EXIT
-        if self.settings.reports:
-            self.report_dirs = self._write_reports(store)
-
-    def _write_reports(self, store: Any) -> list[Path]:
-        from pytest_satbench.report import write_reports
-
-        out = Path(self.config.rootpath) / "reports"
+        # the files that list every answer are written while the store is read, once: the
+        # run's rows never wait in memory for them (report/__init__.py)
+        reports = RunReports(Path(self.config.rootpath) / "reports", recon_cache=store.path.parent.parent / "satbench-recon") \
+            if self.settings.reports else None
         try:
-            return write_reports(
-                store, self.run_id, out, gates=[g.to_dict() for g in self.gate_results],
-                iterations=self.settings.bootstrap, results=self.results,
-            )
+            self.results = collect(store, self.run_id, iterations=self.settings.bootstrap,
+                                   each=reports.each if reports is not None else None)
+            if not self.results:
+                return
+            self.gate_results = gates.evaluate(list(self.settings.gates), {r.benchmark: r.stats for r in self.results})
+            if any(not g.passed for g in self.gate_results) and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = gates.GATE_FAILED_EXIT
+            if reports is not None:
+                self.report_dirs = self._write_reports(reports)
+        finally:
+            if reports is not None:
+                reports.discard()
+
+    def _write_reports(self, reports: Any) -> list[Path]:
+        try:
+            return reports.write(self.results, [g.to_dict() for g in self.gate_results])
         except Exception as exc:  # a report bug must not hide the run's results
             self.report_error = f"{type(exc).__name__}: {exc}"
             return []

@@ -57,3 +57,35 @@ def test_store_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
         p.join(60)
         assert p.exitcode == 0
     assert store.count("ok") == 800
+
+
+def test_run_items_streams_in_run_order_with_the_runs_arm_order(tmp_path: Path) -> None:
+    import inspect
+
+    store = ResultStore(tmp_path / "r.sqlite")
+    store.start_run("r1", "t", {})
+    # recorded out of key order, arms listed recon first: both orders are the run's
+    for nodeid, fps in (("n2", {"jpeg": "j2", "orig": "o2"}), ("n1", {"jpeg": "j1", "orig": "o1"}),
+                        ("n3", {"orig": "o3", "jpeg": "j3"})):
+        store.record_item("r1", nodeid, "b" if nodeid != "n3" else "c", {"key": nodeid}, fps)
+        for arm, fp in fps.items():
+            if (nodeid, arm) != ("n1", "jpeg"):  # never asked: absent, not an error
+                store.put(_row(nodeid, arm=arm, fp=fp, text=f"{nodeid}-{arm}"))
+    store.put(_row("n2", arm="orig", fp="stale-fingerprint", text="another run's answer"))
+    got = store.run_items("r1")
+    assert inspect.isgenerator(got)  # one cursor: rows are read as the caller reaches them
+    items = list(got)
+    assert [(nodeid, bench) for nodeid, bench, _, _ in items] == [("n2", "b"), ("n1", "b"), ("n3", "c")]
+    assert [list(rows) for *_, rows in items] == [["jpeg", "orig"], ["orig"], ["orig", "jpeg"]]
+    assert items[0][3]["orig"].text == "n2-orig" and items[0][2] == {"key": "n2"}
+    assert [n for n, *_ in store.run_items("r1", "b")] == ["n2", "n1"]
+    assert store.run_benchmarks("r1") == ["b", "c"]
+    assert list(store.run_items("no-such-run")) == []
+
+
+def test_run_items_reads_through_the_benchmark_index(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "r.sqlite")
+    conn = store._conn()
+    plan = " ".join(str(r[-1]) for r in conn.execute(
+        "EXPLAIN QUERY PLAN SELECT r.rowid FROM run_items r WHERE r.run_id=? AND r.benchmark=? ORDER BY r.rowid", ("r", "b")))
+    assert "run_items_by_benchmark" in plan and "TEMP B-TREE" not in plan  # no sort of the run's rows
