@@ -16,19 +16,28 @@ protocol says, and the further figures its papers publish) is computed here with
 the sentence saying what it is travel together to the terminal, summary.json, per_type.csv
 and report.md. A loader's notes on how it read some questions (`labels.NOTE`) are counted
 into `BenchmarkResult.notes`.
+
+Memory: the stored rows are read once, question by question (`stored` is a stream), and
+nothing per question is kept but what the statistics need: one `QuestionRecord` (its parts
+shared between questions that agree: image ids, types, outcomes, views) and one shared
+`QuestionOutcome` per distinct answer pattern for the answer analysis. Usage, the noise floor,
+the notes and the clipping counts are tallied as the rows go by; what needs every row
+(predictions.jsonl, the regressed gallery) gets each full `QuestionResult` through `each`
+as it is made. A 222,600-question run was ~2 GB of Python objects here when every row and
+score was kept for the reports.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_satbench.core import arms as A
-from pytest_satbench.core.labels import AVERAGE, OVERALL, OVERALL_ONLY, Aggregate, Labels, notes
+from pytest_satbench.core.labels import AVERAGE, NOTE, OVERALL, OVERALL_ONLY, Aggregate, Labels, notes
 from pytest_satbench.core.prompts import DEFAULT_STYLE, default_box_grid
 from pytest_satbench.core.question import ImageRef, Question, chance
 from pytest_satbench.core.records import AnswerRow, ServerTraffic
@@ -47,7 +56,7 @@ from pytest_satbench.core.stats import (
 )
 
 __all__ = [
-    "BenchmarkResult", "NoiseFloor", "QuestionResult", "ServerUsage", "Usage",
+    "BenchmarkResult", "NoiseFloor", "QuestionOutcome", "QuestionResult", "ServerUsage", "Usage",
     "aggregate_views", "benchmark_results", "question_from", "question_record", "score_options",
 ]
 
@@ -64,6 +73,33 @@ class QuestionResult:
     rows: dict[str, AnswerRow]
     scores: dict[str, Score]  # arms with an "ok" row only
     chance: float | None
+
+    def correct(self, arm: str) -> bool:
+        sc = self.scores.get(arm)
+        return bool(sc is not None and sc.correct)
+
+    @property
+    def regressed_arms(self) -> list[str]:
+        """Reconstruction arms that got wrong what the original got right."""
+        if not self.correct(A.ORIG):
+            return []
+        return [a for a in self.rows if A.is_recon(a) and not self.correct(a)]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class QuestionOutcome:
+    """What the answer-level analysis (`core.analysis`) and the counts read of one question,
+    without its ids, texts or rows: a stand-in question with only the fields that decide its
+    answer classes (kind, ground truth, choices; key, text and image are blank), the reported
+    types, the status of each arm's row and each answered arm's score.
+
+    Questions that agree on all of that are one shared object (`BenchmarkResult.items` costs
+    a pointer per question); never mutate one."""
+
+    question: Question
+    types: tuple[str, ...]
+    rows: Mapping[str, str]  # arm -> its row's status ("ok" | "error"), the run's arm order
+    scores: Mapping[str, Score]  # arms with an "ok" row only
 
     def correct(self, arm: str) -> bool:
         sc = self.scores.get(arm)
@@ -132,7 +168,7 @@ class BenchmarkResult:
     run_id: str
     tag: str
     protocol: dict[str, Any]
-    items: list[QuestionResult]
+    items: list[QuestionOutcome]  # one per question, in the run's order (shared objects)
     stats: BenchmarkStats
     views: dict[str, ViewStats]  # per-question views (iou, acc@0.5, binned, official, ...)
     usage: Usage
@@ -145,6 +181,9 @@ class BenchmarkResult:
     # any figure; and whether the run ended unfinished (Ctrl-C, a stop, still running)
     not_run: int = 0
     unfinished: bool = False
+    # answers whose text was clipped at --max-answer-chars, per arm, in the order first seen
+    # (arms with none left out)
+    clipped_by_arm: dict[str, int] = field(default_factory=dict)
 
     def declared_figures(self) -> tuple[Aggregate, ...]:
         """The benchmark's figures with their labels, headline first (`Labels.figures`),
@@ -206,10 +245,16 @@ def benchmark_results(
     iterations: int = 1000,
     seed: int = 0,
     unfinished: bool = False,
+    each: Callable[[QuestionResult], None] | None = None,
 ) -> BenchmarkResult:
     """Score, count and summarise one benchmark of a run from its stored rows:
-    `stored` is (node id, question record, {arm: row}) per question, as the store gives it."""
-    items: list[QuestionResult] = []
+    `stored` is (node id, question record, {arm: row}) per question, as the store gives it,
+    read once. `each` is called with every question's full result as it is scored (the
+    report files that list every answer write it there; it is not kept)."""
+    shared = _Shared()
+    scorer = _ScoreMemo()
+    tally = _Tally(run_id)
+    items: list[QuestionOutcome] = []
     records: list[QuestionRecord] = []
     for nodeid, qdict, rows in stored:
         q = question_from(benchmark, qdict)
@@ -217,25 +262,228 @@ def benchmark_results(
         if options.box_grid == "pixels" and q.kind == "ref":
             size = qdict.get("sent_size")
             o = ScoreOptions(options.box_grid, options.iou, tuple(size) if size else None, options.views)
-        item, record = _score_question(nodeid, q, rows, o, reported_type)
-        items.append(item)
+        item, record = _score_question(nodeid, q, rows, o, reported_type, scorer, shared)
+        items.append(shared.outcome(item))
         records.append(record)
+        tally.add(item)
+        if each is not None:
+            each(item)
+    del shared, scorer
     stats = summarize(records, iterations=iterations, seed=seed)
     names = sorted({n for r in records for v in r.views.values() for n in v})
     views = {n: summarize_view(records, n, iterations=iterations, seed=seed) for n in names}
-    shared = FigureInput(records)
+    prepared = FigureInput(records)
     figures = {
         agg.name: summarize_aggregate(records, weighting=agg.weighting, types=agg.types, verdict=agg.verdict,
-                                      iterations=iterations, seed=seed, prepared=shared)
+                                      iterations=iterations, seed=seed, prepared=prepared)
         for agg in labels.figures(len(stats.by_type)) if _computable(agg, set(stats.by_type), set(names))
     }
     return BenchmarkResult(
         benchmark=benchmark, run_id=run_id, tag=tag, protocol=protocol, items=items, stats=stats,
-        views=views, usage=usage_of(items, list(stats.arms), run_id, traffic or {}),
-        score_options=options, labels=labels, noise_floor=noise_floor(items),
-        figures=figures, notes=notes(it.question for it in items),
+        views=views, usage=tally.usage(list(stats.arms), traffic or {}),
+        score_options=options, labels=labels, noise_floor=tally.noise_floor(),
+        figures=figures, notes=tally.notes(),
         not_run=max(0, int((protocol.get("planned") or {}).get(benchmark, 0)) - len(items)), unfinished=unfinished,
+        clipped_by_arm=dict(tally.clipped),
     )
+
+
+_BLANK_IMAGE = ImageRef("", data=b"")
+
+
+class _Shared:
+    """One object for equal parts of many questions' records, so a run's records cost little
+    more than their keys: SQLite and the JSON decoder hand every row its own strings, and a
+    question's outcomes and views repeat across thousands of questions."""
+
+    def __init__(self) -> None:
+        self._values: dict[object, Any] = {}
+
+    def _one(self, key: object, make: Callable[[], Any]) -> Any:
+        got = self._values.get(key)
+        if got is None:
+            got = self._values[key] = make()
+        return got
+
+    def record(self, key: str, image: str, types: tuple[str, ...], outcomes: dict[str, ArmOutcome],
+               chance: float | None, views: dict[str, dict[str, float]], okey: tuple[Any, ...],
+               vkey: tuple[Any, ...] | None) -> QuestionRecord:
+        """`okey` decides `outcomes` and `vkey` decides `views` (None: key the views by their values)."""
+        if vkey is None:
+            vkey = ("values", *((arm, tuple(v.items())) for arm, v in views.items()))
+        return QuestionRecord(
+            key,
+            self._one(("image", image), lambda: image),
+            types,
+            self._one(("arms", okey), lambda: outcomes),
+            chance if chance is None else self._one(("chance", chance), lambda: chance),
+            self._one(("views", vkey), lambda: views),
+        )
+
+    def types(self, raw: tuple[str, ...], reported_type: Callable[[str], str]) -> tuple[str, ...]:
+        return self._one(("types", raw), lambda: _reported_types(raw, reported_type))
+
+    def outcome(self, it: QuestionResult) -> QuestionOutcome:
+        q = it.question
+        rows = tuple((arm, row.status) for arm, row in it.rows.items())
+        scores = tuple(it.scores.items())
+        key = ("outcome", q.kind, q.answer, q.choices, q.types, it.types, rows, scores)
+
+        def make() -> QuestionOutcome:
+            stand_in = Question(benchmark=q.benchmark, key="", image=_BLANK_IMAGE, text="", answer=q.answer,
+                                types=q.types, kind=q.kind, choices=q.choices)
+            return QuestionOutcome(stand_in, it.types, dict(rows), dict(scores))
+
+        return self._one(key, make)
+
+
+@dataclass(slots=True)
+class _ServerTally:
+    """One server's answers, summed as they go by (`_server_usage` of the full list)."""
+
+    answers: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    rows_with_cost: int = 0
+    latencies: array = field(default_factory=lambda: array("d"))  # 8 bytes per answer
+    models: Counter[str] = field(default_factory=Counter)
+    _model: dict[str | None, str] = field(default_factory=dict)  # str(model) once per model
+
+    def add(self, r: AnswerRow) -> None:
+        self.answers += 1
+        if r.latency_s is not None:
+            self.latencies.append(r.latency_s)
+        self.prompt_tokens += r.prompt_tokens or 0
+        self.completion_tokens += r.completion_tokens or 0
+        if r.cost is not None:
+            self.cost += r.cost
+            self.rows_with_cost += 1
+        model = self._model.get(r.model)
+        if model is None:
+            model = self._model[r.model] = str(r.model)
+        self.models[model] += 1
+
+    def usage(self, traffic: ServerTraffic | None) -> ServerUsage:
+        u = ServerUsage(answers=self.answers, prompt_tokens=self.prompt_tokens,
+                        completion_tokens=self.completion_tokens, cost=self.cost, rows_with_cost=self.rows_with_cost)
+        if self.latencies:
+            lat = sorted(self.latencies)
+            u.latency_mean_s = math.fsum(lat) / len(lat)  # statistics.fmean, without a list
+            u.latency_p50_s = _percentile(lat, 50)
+            u.latency_p95_s = _percentile(lat, 95)
+        u.models = dict(sorted(self.models.items()))
+        if traffic is not None:
+            u.requests, u.failures, u.retries = traffic.requests, traffic.failures, traffic.retries
+        return u
+
+
+class _Tally:
+    """What the run's rows add up to, counted question by question: usage per server and in
+    all, errors, image tokens, answers asked and reused, the --repeat-orig noise floor, the
+    loader's notes and the clipped answers."""
+
+    def __init__(self, run_id: str) -> None:
+        from pytest_satbench.core.redact import redact_url
+
+        self.run_id = run_id
+        self._redact_url = redact_url
+        self._servers: dict[str | None, _ServerTally] = {}  # server as stored -> its tally (by shown name)
+        self.by_server: dict[str, _ServerTally] = {}
+        self.total_cost = 0.0
+        self.errors = 0
+        self.errors_by_arm: Counter[str] = Counter()
+        self.tokens: dict[str, list[int]] = {}  # arm -> [sum, count]
+        self.asked = 0
+        self.clipped: dict[str, int] = {}
+        self.floor_questions = self.floor_asks = self.floor_flipped = 0
+        self._notes: list[Any] = []
+        self._note_sets: dict[tuple[str, ...], Any] = {}
+
+    def add(self, it: QuestionResult) -> None:
+        for arm, r in it.rows.items():
+            if r.image_tokens is not None:
+                t = self.tokens.setdefault(arm, [0, 0])
+                t[0] += r.image_tokens
+                t[1] += 1
+            if r.status != "ok":
+                self.errors += 1
+                self.errors_by_arm[r.arm] += 1
+                continue
+            server = self._servers.get(r.server)
+            if server is None:
+                name = self._redact_url(str(r.server)) if r.server else "unknown"
+                server = self._servers[r.server] = self.by_server.setdefault(name, _ServerTally())
+            server.add(r)
+            if r.cost is not None:
+                self.total_cost += r.cost  # in row order, as a sum over all rows would add them
+            if r.run_id == self.run_id:
+                self.asked += 1
+            if r.clipped:
+                self.clipped[arm] = self.clipped.get(arm, 0) + 1
+        self._floor(it)
+        texts = tuple(dict.fromkeys(v for k, v in it.question.extra if k == NOTE and v))
+        if texts:
+            noted = self._note_sets.get(texts)
+            if noted is None:
+                noted = self._note_sets[texts] = _Noted(tuple((NOTE, t) for t in texts))
+            self._notes.append(noted)
+
+    def _total(self) -> _ServerTally:
+        """Every server's answers together (the sums are exact, the latencies sorted anyway)."""
+        total = _ServerTally(cost=self.total_cost)
+        for t in self.by_server.values():
+            total.answers += t.answers
+            total.prompt_tokens += t.prompt_tokens
+            total.completion_tokens += t.completion_tokens
+            total.rows_with_cost += t.rows_with_cost
+            total.latencies.extend(t.latencies)
+            total.models.update(t.models)
+        return total
+
+    def _floor(self, it: QuestionResult) -> None:
+        repeats = [a for a in it.rows if a == A.ORIG or A.is_repeat(a)]
+        if len(repeats) < 2 or any(it.rows[a].status != "ok" for a in repeats):
+            return
+        self.floor_asks = max(self.floor_asks, len(repeats))
+        self.floor_questions += 1
+        self.floor_flipped += len({it.correct(a) for a in repeats}) > 1
+
+    def noise_floor(self) -> NoiseFloor | None:
+        return NoiseFloor(self.floor_questions, self.floor_asks, self.floor_flipped) if self.floor_asks else None
+
+    def notes(self) -> list[str]:
+        return notes(self._notes)
+
+    def usage(self, arms: list[str], traffic: Mapping[str, ServerTraffic]) -> Usage:
+        shown_traffic = {self._redact_url(name): t for name, t in traffic.items()}
+        for name in shown_traffic:
+            self.by_server.setdefault(name, _ServerTally())  # a server that only failed still shows
+        tokens: dict[str, float | None] = {}
+        for arm in arms:
+            got = self.tokens.get(arm)
+            tokens[arm] = got[0] / got[1] if got else None
+        total_traffic = None
+        if shown_traffic:
+            parts = list(shown_traffic.values())
+            total_traffic = sum(parts[1:], parts[0])
+        total = self._total()
+        return Usage(
+            total=total.usage(total_traffic),
+            by_server={s: t.usage(shown_traffic.get(s)) for s, t in sorted(self.by_server.items())},
+            errors=self.errors,
+            errors_by_arm=dict(sorted(self.errors_by_arm.items())),
+            image_tokens=tokens,
+            asked=self.asked,
+            reused=total.answers - self.asked,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Noted:
+    """What `labels.notes` reads of a question: its notes (one object per distinct set)."""
+
+    extra: tuple[tuple[str, str], ...]
 
 
 def _computable(agg: Aggregate, types: set[str], views: set[str]) -> bool:
@@ -246,14 +494,44 @@ def _computable(agg: Aggregate, types: set[str], views: set[str]) -> bool:
     return all(v is None or v in views for v in map(agg.verdict, covered))
 
 
+class _ScoreMemo:
+    """`score` for answers seen before: re-scoring a run is mostly the same short replies
+    ("yes", "no", a count) to questions with the same ground truth, and `score` reads only
+    the question's kind, ground truth, choices, types and extras (its key and text only name
+    a malformed question in the error, which is never remembered). Long replies are scored
+    each time (they rarely repeat; remembering them would cost memory)."""
+
+    MAX_TEXT = 256
+    MAX_ENTRIES = 50_000
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Any, ...], Score] = {}
+
+    def __call__(self, q: Question, text: str, options: ScoreOptions) -> Score:
+        if len(text) > self.MAX_TEXT:
+            return score(q, text, options)
+        key = (q.kind, q.answer, q.choices, q.types, q.extra, text, options)
+        got = self._seen.get(key)
+        if got is None:
+            got = score(q, text, options)
+            if len(self._seen) >= self.MAX_ENTRIES:
+                self._seen.clear()  # free-form answers: start again rather than grow
+            self._seen[key] = got
+        return got
+
+
 def _score_question(
     nodeid: str, q: Question, rows: dict[str, AnswerRow], options: ScoreOptions,
-    reported_type: Callable[[str], str],
+    reported_type: Callable[[str], str], score: Callable[[Question, str, ScoreOptions], Score] = score,
+    shared: _Shared | None = None,
 ) -> tuple[QuestionResult, QuestionRecord]:
     scores: dict[str, Score] = {}
     outcomes: dict[str, ArmOutcome] = {}
     views: dict[str, dict[str, float]] = {}
-    empty_views: dict[str, float] | None = None
+    empty: Score | None = None
+    # what decides the record's outcomes and views, as plain tuples (hashed to share them)
+    okey: list[tuple[Any, ...]] = []
+    vkey: list[tuple[str, tuple[tuple[str, float], ...]]] = []
     for arm, row in rows.items():
         if A.is_judge(arm):
             continue  # a verdict on another arm's answer, not an answer (see _judged below)
@@ -262,23 +540,49 @@ def _score_question(
             scores[arm] = sc
             if A.is_repeat(arm):
                 continue  # --repeat-orig asks: the noise floor, not an arm of the comparison
-            outcomes[arm] = ArmOutcome("ok", sc.correct, sc.parsed, row.finish_reason == "length")
-            v = dict(sc.views)
+            truncated = row.finish_reason == "length"
+            outcomes[arm] = _arm_outcome("ok", sc.correct, sc.parsed, truncated)
+            okey.append((arm, sc.correct, sc.parsed, truncated))
+            arm_views = sc.views
         elif A.is_repeat(arm):
             continue
         else:
-            outcomes[arm] = ArmOutcome("error", False, False)
-            if empty_views is None:
-                empty_views = dict(score(q, "", options).views)
-            v = dict(empty_views)
-        if v:
-            views[arm] = v
-    _judged(q, rows, scores, views, options)
-    # a raw type reported as OVERALL_ONLY counts in the overall figures only
-    types = tuple(dict.fromkeys(t for t in map(reported_type, q.types) if t != OVERALL_ONLY)) if q.types else ("all",)
+            outcomes[arm] = _arm_outcome("error", False, False, False)
+            okey.append((arm,))
+            if empty is None:
+                empty = score(q, "", options)
+            arm_views = empty.views
+        vkey.append((arm, arm_views))
+        if arm_views:
+            views[arm] = dict(arm_views)
+    judged = JUDGED_VIEW in options.views and q.kind == "vqa"
+    if judged:
+        _judged(q, rows, scores, views, options)
+    types = shared.types(q.types, reported_type) if shared is not None else _reported_types(q.types, reported_type)
     ch = chance(q)
-    return (QuestionResult(nodeid, q, types, rows, scores, ch),
-            QuestionRecord(q.key, q.image.id, types, outcomes, ch, views))
+    item = QuestionResult(nodeid, q, types, rows, scores, ch)
+    if shared is not None:
+        # a judge's verdicts change the views after the fact: those are keyed by their values
+        return item, shared.record(q.key, q.image.id, types, outcomes, ch, views, tuple(okey),
+                                   None if judged else tuple(vkey))
+    return item, QuestionRecord(q.key, q.image.id, types, outcomes, ch, views)
+
+
+def _reported_types(raw: tuple[str, ...], reported_type: Callable[[str], str]) -> tuple[str, ...]:
+    # a raw type reported as OVERALL_ONLY counts in the overall figures only
+    return tuple(dict.fromkeys(t for t in map(reported_type, raw) if t != OVERALL_ONLY)) if raw else ("all",)
+
+
+_OUTCOMES: dict[tuple[str, bool, bool, bool], ArmOutcome] = {}
+
+
+def _arm_outcome(status: str, correct: bool, parsed: bool, truncated: bool) -> ArmOutcome:
+    """One ArmOutcome per combination (there are eight that are valid): they are immutable."""
+    key = (status, bool(correct), bool(parsed), bool(truncated))
+    got = _OUTCOMES.get(key)
+    if got is None:
+        got = _OUTCOMES[key] = ArmOutcome(*key)
+    return got
 
 
 def _judged(q: Question, rows: Mapping[str, AnswerRow], scores: Mapping[str, Score],
@@ -297,15 +601,10 @@ def _judged(q: Question, rows: Mapping[str, AnswerRow], scores: Mapping[str, Sco
 
 
 def noise_floor(items: Iterable[QuestionResult]) -> NoiseFloor | None:
-    questions = flipped = asks = 0
+    tally = _Tally("")
     for it in items:
-        repeats = [a for a in it.rows if a == A.ORIG or A.is_repeat(a)]
-        if len(repeats) < 2 or any(it.rows[a].status != "ok" for a in repeats):
-            continue
-        asks = max(asks, len(repeats))
-        questions += 1
-        flipped += len({it.correct(a) for a in repeats}) > 1
-    return NoiseFloor(questions, asks, flipped) if asks else None
+        tally._floor(it)
+    return tally.noise_floor()
 
 
 # --------------------------------------------------------------------------- usage
@@ -319,55 +618,12 @@ def _percentile(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def _server_usage(rows: list[AnswerRow], traffic: ServerTraffic | None) -> ServerUsage:
-    u = ServerUsage(answers=len(rows))
-    lat = [r.latency_s for r in rows if r.latency_s is not None]
-    for r in rows:
-        u.prompt_tokens += r.prompt_tokens or 0
-        u.completion_tokens += r.completion_tokens or 0
-        if r.cost is not None:
-            u.cost += r.cost
-            u.rows_with_cost += 1
-    if lat:
-        u.latency_mean_s = statistics.fmean(lat)
-        u.latency_p50_s = _percentile(lat, 50)
-        u.latency_p95_s = _percentile(lat, 95)
-    u.models = dict(sorted(Counter(str(r.model) for r in rows).items()))
-    if traffic is not None:
-        u.requests, u.failures, u.retries = traffic.requests, traffic.failures, traffic.retries
-    return u
-
-
-def usage_of(items: list[QuestionResult], arms: list[str], run_id: str,
+def usage_of(items: Iterable[QuestionResult], arms: list[str], run_id: str,
              traffic: Mapping[str, ServerTraffic]) -> Usage:
-    from pytest_satbench.core.redact import redact_url
-
-    ok = [r for it in items for r in it.rows.values() if r.status == "ok"]
-    errs = [r for it in items for r in it.rows.values() if r.status != "ok"]
-    by_server: dict[str, list[AnswerRow]] = {}
-    for r in ok:
-        by_server.setdefault(redact_url(str(r.server)) if r.server else "unknown", []).append(r)
-    shown_traffic = {redact_url(name): t for name, t in traffic.items()}
-    for name in shown_traffic:
-        by_server.setdefault(name, [])  # a server that only failed still shows
-    tokens: dict[str, float | None] = {}
-    for arm in arms:
-        vals = [it.rows[arm].image_tokens for it in items if arm in it.rows and it.rows[arm].image_tokens is not None]
-        tokens[arm] = statistics.fmean(vals) if vals else None  # type: ignore[arg-type]
-    total_traffic = None
-    if shown_traffic:
-        parts = list(shown_traffic.values())
-        total_traffic = sum(parts[1:], parts[0])
-    asked = sum(1 for r in ok if r.run_id == run_id)
-    return Usage(
-        total=_server_usage(ok, total_traffic),
-        by_server={s: _server_usage(rs, shown_traffic.get(s)) for s, rs in sorted(by_server.items())},
-        errors=len(errs),
-        errors_by_arm=dict(sorted(Counter(r.arm for r in errs).items())),
-        image_tokens=tokens,
-        asked=asked,
-        reused=len(ok) - asked,
-    )
+    tally = _Tally(run_id)
+    for it in items:
+        tally.add(it)
+    return tally.usage(arms, traffic)
 
 
 # --------------------------------------------------------------------------- headline views

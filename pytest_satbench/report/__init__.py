@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_satbench.core.analysis import analyse
-from pytest_satbench.core.results import BenchmarkResult
+from pytest_satbench.core.results import BenchmarkResult, QuestionResult
 from pytest_satbench.engine.store import ResultStore
 from pytest_satbench.report import content, files, html, markdown
 from pytest_satbench.report.build import collect
-from pytest_satbench.report.gallery import MAX_GALLERY, build_gallery
+from pytest_satbench.report.gallery import MAX_GALLERY, RegressedPicker, build_gallery
 
-__all__ = ["report_dir", "write_reports"]
+__all__ = ["RunReports", "report_dir", "write_reports"]
 
 
 def report_dir(out_root: Path, benchmark: str, tag: str) -> Path:
@@ -40,42 +41,118 @@ def write_reports(
     iterations: int = 1000,
     recon_cache: Path | None = None,
     gallery_limit: int = MAX_GALLERY,
-    results: Sequence[BenchmarkResult] | None = None,
 ) -> list[Path]:
     """Write the reports of every benchmark of `run_id`; returns the folders written.
 
     `recon_cache`: the plugin's disk cache of reconstructions, for gallery images of
     expensive codecs; default: `satbench-recon` next to the store's folder (pytest's cache
-    layout). `results`: the run's results when the caller has them already (the plugin
-    computed them for the terminal and the gates). Raises KeyError when the run is not in
-    the store.
+    layout). Raises KeyError when the run is not in the store. (The plugin, which needs the
+    results for the terminal and the gates too, uses `RunReports` around its own `collect`.)
     """
-    if recon_cache is None:
-        recon_cache = Path(store.path).parent.parent / "satbench-recon"
-    written = []
-    if results is None:
-        results = collect(store, run_id, iterations=iterations)
-    for data in results:
-        written.append(_write_one(data, Path(out_root), gates, recon_cache, gallery_limit))
-    return written
+    reports = RunReports(out_root, recon_cache=_default_recon_cache(store, recon_cache), gallery_limit=gallery_limit)
+    try:
+        results = collect(store, run_id, iterations=iterations, each=reports.each)
+        reports.raise_failure()
+        return reports.write(results, gates)
+    finally:
+        reports.discard()
 
 
-def _write_one(data: BenchmarkResult, out_root: Path, gates: list[dict[str, Any]] | None,
-               recon_cache: Path, gallery_limit: int) -> Path:
-    folder = report_dir(out_root, data.benchmark, data.tag)
-    folder.mkdir(parents=True, exist_ok=True)
-    gallery, total = build_gallery(data, recon_cache, gallery_limit)
+def _default_recon_cache(store: ResultStore, recon_cache: Path | None) -> Path:
+    return recon_cache if recon_cache is not None else Path(store.path).parent.parent / "satbench-recon"
+
+
+@dataclass
+class _Streamed:
+    """One benchmark's files that list every question, filled while the store is read."""
+
+    folder: Path
+    predictions: files.PredictionsWriter
+    gallery: RegressedPicker
+
+    def add(self, it: QuestionResult) -> None:
+        self.predictions.add(it)
+        self.gallery.add(it)
+
+
+@dataclass
+class RunReports:
+    """A run's report folders, written in two steps so that no question waits in memory:
+
+    1. `each` is given to `report.build.collect` (`collect(..., each=reports.each)`): as every
+       question is scored, its rows go to predictions.jsonl (a temporary file) and the
+       regressed gallery keeps the first few;
+    2. `write(results, gates)` writes everything else from the results' aggregates and puts
+       predictions.jsonl in place.
+
+    A failure in step 1 (a full disk, a report bug) stops the report, not the run's results:
+    it is kept in `failure` (`raise_failure()` raises it) and `write` writes nothing. Call
+    `discard()` when done: it removes what was not put in place."""
+
+    out_root: Path
+    recon_cache: Path | None = None
+    gallery_limit: int = MAX_GALLERY
+    failure: BaseException | None = None
+    _streamed: dict[tuple[str, str], _Streamed] = field(default_factory=dict, init=False, repr=False)
+
+    def each(self, benchmark: str, tag: str) -> Callable[[QuestionResult], None] | None:
+        if self.failure is not None:
+            return None
+        try:
+            folder = report_dir(Path(self.out_root), benchmark, tag)
+            folder.mkdir(parents=True, exist_ok=True)
+            streamed = _Streamed(folder, files.PredictionsWriter(folder / "predictions.jsonl"),
+                                 RegressedPicker(self.gallery_limit))
+        except Exception as exc:  # noqa: BLE001  (kept for write(): the run's results still count)
+            self.failure = exc
+            return None
+        self._streamed[benchmark, tag] = streamed
+
+        def add(it: QuestionResult) -> None:
+            if self.failure is not None:
+                return
+            try:
+                streamed.add(it)
+            except Exception as exc:  # noqa: BLE001
+                self.failure = exc
+
+        return add
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    def write(self, results: Sequence[BenchmarkResult], gates: list[dict[str, Any]] | None = None) -> list[Path]:
+        """The rest of every benchmark's files; returns the folders written."""
+        self.raise_failure()
+        written = []
+        for data in results:
+            streamed = self._streamed.pop((data.benchmark, data.tag))
+            _write_one(data, streamed, gates, self.recon_cache)
+            written.append(streamed.folder)
+        return written
+
+    def discard(self) -> None:
+        for streamed in self._streamed.values():
+            streamed.predictions.discard()
+        self._streamed.clear()
+
+
+def _write_one(data: BenchmarkResult, streamed: _Streamed, gates: list[dict[str, Any]] | None,
+               recon_cache: Path | None) -> None:
+    folder = streamed.folder
+    gallery = build_gallery(streamed.gallery.chosen(), recon_cache)
+    total = streamed.gallery.total
     protocol = files.protocol_dict(data)
     answers = analyse(data)  # once: summary.json, the two CSVs and the documents share it
     files.write_json(folder / "protocol.json", protocol)
     files.write_json(folder / "summary.json", files.summary_dict(data, gates, total, gallery, answers))
     files.write_per_type_csv(folder / "per_type.csv", data)
     files.write_answer_csvs(folder / "answer_classes.csv", folder / "answer_transitions.csv", answers)
-    files.write_predictions(folder / "predictions.jsonl", data)
+    streamed.predictions.commit()
     doc = content.build(data, protocol, gates, gallery, total, answers=answers)
     _atomic_text(folder / "report.md", markdown.to_markdown(doc))
     _atomic_text(folder / "report.html", html.to_html(doc))
-    return folder
 
 
 def _atomic_text(path: Path, text: str) -> None:

@@ -3,11 +3,14 @@
 The only work done here is what needs I/O: reading the run from the store, the benchmark's
 declared labels and types from the registry, and, for runs stored before question records
 carried the geometry sent, the image's size from its file.
+
+The store's rows are streamed, one benchmark at a time, straight into `benchmark_results`:
+nothing holds a run's rows (see `core.results` on memory).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from pytest_satbench.core import arms as A
@@ -15,15 +18,21 @@ from pytest_satbench.core.records import AnswerRow
 from pytest_satbench.core.results import (
     BenchmarkResult,
     Labels,
+    QuestionResult,
     benchmark_results,
     score_options,
 )
 from pytest_satbench.engine.store import ResultStore
 
-__all__ = ["collect", "token_curve"]
+__all__ = ["Each", "collect", "token_curve"]
+
+# (benchmark, tag) -> what is called with each of that benchmark's questions as it is scored
+# (or None): how report files that list every answer are written without keeping them
+Each = Callable[[str, str], Callable[[QuestionResult], None] | None]
 
 
-def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: int = 0) -> list[BenchmarkResult]:
+def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: int = 0,
+            each: Each | None = None) -> list[BenchmarkResult]:
     """Every benchmark of the run, re-scored and summarised; [] when the run has no items.
     Raises KeyError when the run is not in the store."""
     runs = {r["run_id"]: r for r in store.runs()}
@@ -31,19 +40,19 @@ def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: in
         raise KeyError(f"run {run_id!r} is not in {store.path}")
     run = runs[run_id]
     protocol = dict(run["protocol"])  # type: ignore[arg-type]
-    by_bench: dict[str, list[tuple[str, dict[str, Any], dict[str, AnswerRow]]]] = {}
-    for nodeid, bench, qdict, rows in store.run_items(run_id):
-        by_bench.setdefault(bench, []).append((nodeid, qdict, rows))
     traffic = store.traffic(run_id)
+    tag = str(run["tag"])
     out = []
-    for bench in sorted(by_bench):
+    for bench in store.run_benchmarks(run_id):
         declared = _declared(bench)
+        stored = ((nodeid, qdict, rows) for nodeid, _, qdict, rows in store.run_items(run_id, bench))
         out.append(benchmark_results(
-            bench, run_id, str(run["tag"]), protocol, _with_sizes(by_bench[bench], protocol),
+            bench, run_id, tag, protocol, _with_sizes(stored, protocol),
             options=score_options(protocol, declared.score_views if declared else frozenset()),
             reported_type=declared.reported_type if declared else (lambda raw: raw),
             labels=_labels(declared, protocol),
             traffic=traffic, iterations=iterations, seed=seed, unfinished=run["finished"] is None,
+            each=each(bench, tag) if each is not None else None,
         ))
     return out
 
@@ -66,7 +75,7 @@ def _declared(bench: str) -> Any:
 
 
 def _with_sizes(
-    stored: list[tuple[str, dict[str, Any], dict[str, AnswerRow]]], protocol: Mapping[str, Any],
+    stored: Iterable[tuple[str, dict[str, Any], dict[str, AnswerRow]]], protocol: Mapping[str, Any],
 ) -> Iterator[tuple[str, dict[str, Any], dict[str, AnswerRow]]]:
     """Question records of older runs lack the geometry sent, which answers on the pixel
     grid need: the original's size stands in (exact unless a codec changed the canvas)."""

@@ -17,7 +17,7 @@ from typing import Any
 from pytest_satbench import __version__
 from pytest_satbench.core import analysis as AN
 from pytest_satbench.core.redact import redact
-from pytest_satbench.core.results import BenchmarkResult, aggregate_views, figure_key
+from pytest_satbench.core.results import BenchmarkResult, QuestionResult, aggregate_views, figure_key
 from pytest_satbench.report.gallery import Entry
 
 ACC_FIELDS = ("n", "correct", "accuracy", "ci_low", "ci_high", "errors", "truncated", "unparseable", "parsed", "coverage", "missing")
@@ -55,12 +55,7 @@ def write_json(path: Path, obj: Any) -> None:
 
 def clipped_by_arm(data: BenchmarkResult) -> dict[str, int]:
     """Answers whose text was clipped at --max-answer-chars, per arm (arms with none left out)."""
-    out: dict[str, int] = {}
-    for it in data.items:
-        for arm, row in it.rows.items():
-            if row.status == "ok" and row.clipped:
-                out[arm] = out.get(arm, 0) + 1
-    return out
+    return dict(data.clipped_by_arm)
 
 
 def limited(data: BenchmarkResult) -> int | None:
@@ -144,31 +139,64 @@ def write_answer_csvs(classes: Path, transitions: Path, analysis: AN.AnswerAnaly
                 w.writerow({k: "" if v is None or (isinstance(v, float) and math.isnan(v)) else v for k, v in row.items()})
 
 
-def write_predictions(path: Path, data: BenchmarkResult) -> int:
-    n = 0
-    with open(path, "w", encoding="utf-8") as fh:
-        for it in data.items:
-            q = it.question
-            for arm, row in it.rows.items():
-                sc = it.scores.get(arm)
-                rec = {
-                    "nodeid": it.nodeid, "key": q.key, "types": list(it.types), "image_id": q.image.id,
-                    "question": q.text, "ground_truth": q.answer, "arm": arm, "status": row.status,
-                    "answer": row.text, "extracted": sc.extracted if sc else None,
-                    "correct": bool(sc and sc.correct), "parsed": bool(sc and sc.parsed),
-                    "views": {k: _finite(v) for k, v in sc.views} if sc else {},
-                    "finish_reason": row.finish_reason, "latency_s": _finite(row.latency_s),
-                    "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
-                    "cost": _finite(row.cost), "model": row.model,
-                    # the two fields that could carry a credential (a URL, a server's error
-                    # text); redacting every field of 500k rows took seconds
-                    "server": redact(row.server), "attempts": row.attempts,
-                    "image_sha256": row.image_sha256, "image_tokens": row.image_tokens, "error": redact(row.error),
-                }
-                # the floats that can be NaN are cleaned above: no recursive pass per row
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                n += 1
-    return n
+# json.dumps(..., ensure_ascii=False) makes a new encoder on every call; one is reused here
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+
+
+class PredictionsWriter:
+    """predictions.jsonl, one line per stored row, written as the questions are scored
+    (`collect(..., each=...)`): a 222k-question run's rows never wait in memory for it. Lines
+    go to a temporary file next to the target, put in place by `commit()`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two runs may write one folder
+        self.rows = 0
+        self._fh: Any = open(self.tmp, "w", encoding="utf-8")
+        self._servers: dict[str | None, Any] = {None: None}  # a run has a few servers: redact each once
+
+    def add(self, it: QuestionResult) -> None:
+        q = it.question
+        # what every arm's line of a question starts with, encoded once: `{"nodeid": ..., "ground_truth": ...`
+        head = _ENCODE({
+            "nodeid": it.nodeid, "key": q.key, "types": list(it.types), "image_id": q.image.id,
+            "question": q.text, "ground_truth": q.answer,
+        })[:-1]
+        for arm, row in it.rows.items():
+            sc = it.scores.get(arm)
+            rec = {
+                "arm": arm, "status": row.status,
+                "answer": row.text, "extracted": sc.extracted if sc else None,
+                "correct": bool(sc and sc.correct), "parsed": bool(sc and sc.parsed),
+                "views": {k: _finite(v) for k, v in sc.views} if sc else {},
+                "finish_reason": row.finish_reason, "latency_s": _finite(row.latency_s),
+                "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
+                "cost": _finite(row.cost), "model": row.model,
+                # the two fields that could carry a credential (a URL, a server's error
+                # text); redacting every field of 500k rows took seconds
+                "server": self._server(row.server), "attempts": row.attempts,
+                "image_sha256": row.image_sha256, "image_tokens": row.image_tokens,
+                "error": None if row.error is None else redact(row.error),
+            }
+            # the floats that can be NaN are cleaned above: no recursive pass per row
+            self._fh.write(f"{head}, {_ENCODE(rec)[1:]}\n")
+            self.rows += 1
+
+    def _server(self, server: str | None) -> Any:
+        got = self._servers.get(server, self)
+        if got is self:
+            got = self._servers[server] = redact(server)
+        return got
+
+    def commit(self) -> int:
+        """Close the file and put it in place; returns the rows written."""
+        self._fh.close()
+        os.replace(self.tmp, self.path)
+        return self.rows
+
+    def discard(self) -> None:
+        self._fh.close()
+        self.tmp.unlink(missing_ok=True)
 
 
 def codec_info(arms: list[str], identities: dict[str, str] | None = None) -> list[dict[str, Any]]:

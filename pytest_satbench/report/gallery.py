@@ -19,7 +19,7 @@ from PIL import Image
 
 from pytest_satbench.core.arms import ORIG
 from pytest_satbench.engine.images import ImagePipeline
-from pytest_satbench.core.results import BenchmarkResult, QuestionResult
+from pytest_satbench.core.results import QuestionResult
 
 MAX_GALLERY = 24
 THUMB = 320  # longest side, pixels
@@ -46,11 +46,28 @@ class Entry:
     panels: list[Panel] = field(default_factory=list)
 
 
-def regressed(data: BenchmarkResult, limit: int = MAX_GALLERY) -> tuple[list[QuestionResult], int]:
-    """The first `limit` regressed items in question-key order, and how many there are."""
-    items = [it for it in data.items if it.regressed_arms]
-    items.sort(key=lambda it: _natural(it.question.key))
-    return items[:limit], len(items)
+class RegressedPicker:
+    """The first `limit` regressed questions in question-key order, and how many there are,
+    picked as the questions go by: at most 2 x `limit` full results are held, not the run."""
+
+    def __init__(self, limit: int = MAX_GALLERY) -> None:
+        self.limit = max(0, limit)
+        self.total = 0
+        self._held: list[tuple[tuple[int, int | str], int, QuestionResult]] = []
+
+    def add(self, it: QuestionResult) -> None:
+        if not it.regressed_arms:
+            return
+        self.total += 1
+        if not self.limit:
+            return
+        self._held.append((_natural(it.question.key), self.total, it))  # the count breaks ties: run order
+        if len(self._held) >= 2 * self.limit:
+            self._held.sort(key=lambda held: held[:2])
+            del self._held[self.limit:]
+
+    def chosen(self) -> list[QuestionResult]:
+        return [it for *_, it in sorted(self._held, key=lambda held: held[:2])[: self.limit]]
 
 
 def _natural(s: str) -> tuple[int, int | str]:
@@ -119,8 +136,8 @@ class _Recon:
                 pipe.close()
 
 
-def build_gallery(data: BenchmarkResult, recon_cache: Path | None, limit: int = MAX_GALLERY) -> tuple[list[Entry], int]:
-    chosen, total = regressed(data, limit)
+def build_gallery(chosen: list[QuestionResult], recon_cache: Path | None) -> list[Entry]:
+    """The gallery of the questions a `RegressedPicker` chose."""
     recon = _Recon(recon_cache)
     entries: list[Entry] = []
     try:
@@ -132,7 +149,7 @@ def build_gallery(data: BenchmarkResult, recon_cache: Path | None, limit: int = 
             entries.append(e)
     finally:
         recon.close()
-    return entries, total
+    return entries
 
 
 def _panel(it: QuestionResult, arm: str, recon: _Recon) -> Panel:
