@@ -384,6 +384,10 @@ def main() -> int:
     ap.add_argument("--tracemalloc", metavar="A,B", help="trace allocations from item A, snapshot at item B")
     ap.add_argument("--py-spy", type=int, default=0, metavar="S", help="py-spy record S seconds mid-run")
     ap.add_argument("--extra", default="", help="more pytest options for the plugin runs (one string)")
+    ap.add_argument("--tree", type=Path, default=None,
+                    help="measure the plugin of this checkout (PYTHONPATH=DIR; e.g. `git archive HEAD | tar -x -C DIR`): "
+                         "other people's half-done edits in the working tree stay out of the figures")
+    ap.add_argument("--label", default="", help="added to the output file names (e.g. before, after)")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
@@ -391,7 +395,7 @@ def main() -> int:
     n = a.questions
     n_images = a.images or max(1, n // 20)
     OUT.mkdir(parents=True, exist_ok=True)
-    stem = f"memory-{n}" + ("-trace" if a.tracemalloc else "")
+    stem = f"memory-{n}" + (f"-{a.label}" if a.label else "") + ("-trace" if a.tracemalloc else "")
     result: dict[str, Any] = {"settings": {"questions": n, "images": n_images, "concurrency": a.concurrency,
                                            "arms": ["orig", "identity"], "interval_s": a.interval,
                                            "extra": a.extra}}
@@ -404,10 +408,15 @@ def main() -> int:
         root = rootdir(tmp, "run", a.tracemalloc)
         store = root / ".pytest_cache" / "d" / "satbench" / "results.sqlite"
         env = {**os.environ}
+        if a.tree is not None:
+            if not (a.tree / "pytest_satbench").is_dir():
+                ap.error(f"--tree {a.tree}: no pytest_satbench/ there")
+            env["PYTHONPATH"] = str(a.tree.resolve())
+            result["settings"]["tree"] = str(a.tree.resolve())
         extra = a.extra.split()
         if a.tracemalloc:
             env["SATBENCH_BENCH_TRACE"] = f"{a.tracemalloc},{OUT / (stem + '.txt')}"
-            env["PYTHONPATH"] = str(root)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(root)) if p)
             extra += ["-p", "satbench_bench_trace"]
         with Server() as srv:
             cmd = pytest_cmd(data, srv.url, a.concurrency, extra)
@@ -430,6 +439,8 @@ def main() -> int:
         rep = run_sampled([sys.executable, "-m", "pytest_satbench.report", "--store", str(store),
                            "--out", str(tmp / "reports-cli")], root, OUT / f"{stem}-report.log",
                           env, None, a.interval)
+        if rep.rc != 0:
+            raise SystemExit(f"the report CLI failed (exit {rep.rc}); see {OUT / f'{stem}-report.log'}")
         result["report_cli"] = {"wall_s": rep.wall_s, "cpu_s": rep.cpu_s, "max_rss_mb": rep.max_rss_mb, "rc": rep.rc}
         print("report CLI:", result["report_cli"], flush=True)
 
@@ -450,11 +461,16 @@ def main() -> int:
                             m = run_sampled(pytest_cmd(data, srv.url, a.concurrency, extra), root,
                                             OUT / f"{stem}-rerun-{k}.log", env, store, a.interval)
                             _, asked = srv.stop()
+                        if m.rc != 0 or asked != 0:
+                            raise SystemExit(f"the rerun failed (exit {m.rc}, {asked} requests); see "
+                                             f"{OUT / f'{stem}-rerun-{k}.log'}")
                         reruns.append({"wall_s": m.wall_s, "cpu_s": m.cpu_s, "max_rss_mb": m.max_rss_mb,
                                        "rc": m.rc, "requests": asked, **phases(m, n)})
                     else:
                         m = run_sampled([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "noop_items.txt"],
                                         noop, OUT / f"{stem}-noop-{k}.log", noop_env, None, a.interval)
+                        if m.rc != 0:
+                            raise SystemExit(f"the no-op run failed (exit {m.rc})")
                         noops.append({"wall_s": m.wall_s, "cpu_s": m.cpu_s, "max_rss_mb": m.max_rss_mb, "rc": m.rc})
                     print(f"  {side}: {m.cpu_s:.1f} s CPU, {m.wall_s:.1f} s wall, {m.max_rss_mb:.0f} MB", flush=True)
             result["rerun"] = reruns
