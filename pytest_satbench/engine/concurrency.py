@@ -54,6 +54,8 @@ INITIAL_LIMIT = 32
 # (d log rate / d log limit). Below the knee of a continuous-batching server it is
 # base / (base + per_seq * running), typically 0.4-1; past the knee it is 0.
 ELASTIC = 0.2
+# How long a batch size counts as what the server "recently ran" (see _by_metrics).
+PEAK_MEMORY_S = 30.0
 # Kept short: a point per change at most, thinned when it grows past this.
 HISTORY_POINTS = 2000
 
@@ -296,6 +298,8 @@ class AdaptiveLimit:
         self._backed_off_at = -math.inf
         self._changed_at = now
         self._preemptions: float | None = None
+        self._running: deque[tuple[float, float]] = deque()  # (time, running) scraped lately
+        self._queued_scrapes = 0  # scrapes in a row that saw a queue behind a full batch
         self.metrics_seen = False
 
     # ------------------------------------------------------------------ protocol
@@ -346,17 +350,30 @@ class AdaptiveLimit:
         if preempted:  # the KV cache ran out and vLLM evicted running requests
             self.overloaded(now)
             return
-        target = max(2.0, self._target_waiting * m.running)
+        # Requests that arrived since the engine's last step wait for the next one even when
+        # the batch has room: a queue means "full" only while the batch runs as big as it
+        # has recently run. Trimming on arrivals would shrink a server with room, step by
+        # step, to nothing.
+        self._running.append((now, m.running))
+        while self._running and self._running[0][0] < now - PEAK_MEMORY_S:
+            self._running.popleft()
+        peak = max(r for _, r in self._running)
+        full = m.running > 0 and m.running >= 0.9 * peak
+        target = max(4.0, self._target_waiting * m.running)
+        queued = full and m.waiting > 2 * target
+        self._queued_scrapes = self._queued_scrapes + 1 if queued else 0
         mine = self._in_flight
-        total = m.running + m.waiting
-        if m.waiting > 2 * target:
-            # Requests queue at the server: take back our share of the excess (under xdist
-            # other processes see the same queue and each takes back its own share).
+        if self._queued_scrapes >= 2 and mine <= self._limit:  # a queue that lasts, not arrivals
+            # Our share of what runs, plus our share of a short queue (under xdist the other
+            # processes see the same server and each keeps its own share). Not again while
+            # the requests of a trim are still in flight: the queue they form is that trim's.
+            total = m.running + m.waiting
             share = mine / total if total > 0 else 1.0
             self._slow_start = False
-            self._set(now, max(self.floor, min(self._limit, mine) - (m.waiting - target) * share), "trim")
+            self._queued_scrapes = 0
+            self._set(now, max(self.floor, (m.running + target) * share), "trim")
             return
-        if m.waiting >= 1:
+        if full and m.waiting >= 1:
             return  # the batch is full and a short queue keeps it full: hold
         if self._window.saturation(now) < 0.5:
             return  # we do not fill the limit: nothing to learn by raising it

@@ -39,6 +39,11 @@ class Askable(Protocol):
     question: Question
 
 
+# The most items submitted ahead of the one running (their answers are held until it is
+# their turn): enough for seven servers at vLLM's default batch, bounded in memory.
+MAX_WINDOW = 8192
+
+
 class StartError(Exception):
     """The run cannot start; one line saying what to do (the plugin shows it as a usage error)."""
 
@@ -135,9 +140,11 @@ class Runtime:
         if upcoming is not None:
             self.lookahead = LookAhead(
                 upcoming, submit=lambda item: self.runner.submit(self.job(item)),
-                # twice what the servers may hold now: an item asks one request per arm, and
-                # the window follows the limits as they adapt
-                key=lambda item: item.nodeid, window=lambda: max(2 * self.pool.max_in_flight(), 8),
+                # Twice what the caps allow in flight, not what the limits allow now: items are
+                # consumed in order, so answers that came back early wait for the slowest one
+                # ahead of them and hold their places; a window sized by the limits would
+                # starve the servers, and limits that see no demand would never rise.
+                key=lambda item: item.nodeid, window=min(max(2 * self.pool.max_possible_in_flight(), 8), MAX_WINDOW),
             )
             stack.callback(self.lookahead.stop)
             self.lookahead.start()

@@ -170,15 +170,39 @@ def test_fixed_limit_never_moves() -> None:
     assert lim.limit == 7 and [p.limit for p in lim.history] == [7]
 
 
-def test_metrics_trim_a_long_queue_and_hold_a_short_one() -> None:
+def test_metrics_trim_a_lasting_queue_and_hold_a_short_one() -> None:
     lim = AdaptiveLimit(0.0, initial=100, cap=512)
     lim.in_flight_changed(0.0, 100)
-    lim.tick(1.0, EngineMetrics(running=60, waiting=40))  # 40 wait: take them back
-    assert 60 <= lim.limit <= 64
-    held = lim.limit
-    lim.in_flight_changed(1.0, held)
-    lim.tick(2.0, EngineMetrics(running=60, waiting=2))  # a short queue keeps the batch full
-    assert lim.limit == held
+    lim.tick(1.0, EngineMetrics(running=60, waiting=40))  # one scrape: maybe a burst of arrivals
+    assert lim.limit == 100
+    lim.tick(2.0, EngineMetrics(running=60, waiting=40))  # it lasts: take the queue back
+    assert lim.limit == 64  # what runs, plus a short queue (4)
+    lim.in_flight_changed(2.0, 64)
+    for t in (3.0, 4.0, 5.0):
+        lim.tick(t, EngineMetrics(running=60, waiting=3))  # a short queue keeps the batch full
+    assert lim.limit == 64
+
+
+def test_arrivals_waiting_for_the_next_step_are_no_queue() -> None:
+    # the batch ran 60 lately; now it runs 30 and requests wait for the next engine step
+    lim = AdaptiveLimit(0.0, initial=100, cap=512)
+    lim.in_flight_changed(0.0, 50)
+    lim.tick(1.0, EngineMetrics(running=60, waiting=0))
+    for t in (2.0, 3.0, 4.0, 5.0):
+        lim.tick(t, EngineMetrics(running=30, waiting=20))
+    assert lim.limit == 100 and [p.why for p in lim.history] == ["start"]
+
+
+def test_a_trim_is_not_repeated_while_its_requests_drain() -> None:
+    lim = AdaptiveLimit(0.0, initial=512, cap=512)
+    lim.in_flight_changed(0.0, 512)
+    for t in (1.0, 2.0):
+        lim.tick(t, EngineMetrics(running=256, waiting=256))
+    assert lim.limit == 266
+    for t in (3.0, 4.0, 5.0):  # 400 still in flight: the queue is the trim's own
+        lim.in_flight_changed(t, 400)
+        lim.tick(t, EngineMetrics(running=256, waiting=144))
+    assert lim.limit == 266
 
 
 def test_preemptions_back_off() -> None:
