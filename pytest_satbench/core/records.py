@@ -40,6 +40,18 @@ class AnswerRow:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitTrace:
+    """How one process's client limited one server: adaptive limits over the run."""
+
+    server: str
+    process: str  # "main", or the xdist worker ("gw0")
+    steered_by: str  # "metrics" (vLLM /metrics), "latency" (what the client saw) or "fixed"
+    final_limit: int
+    peak_in_flight: int
+    points: tuple[tuple[float, int], ...]  # (seconds since the client started, limit) per change
+
+
+@dataclass(frozen=True, slots=True)
 class ServerTraffic:
     """HTTP attempts one process sent to one server (xdist workers each keep their own)."""
 

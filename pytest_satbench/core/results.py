@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,7 @@ from pytest_satbench.core import arms as A
 from pytest_satbench.core.labels import AVERAGE, NOTE, OVERALL, OVERALL_ONLY, Aggregate, Labels, notes
 from pytest_satbench.core.prompts import DEFAULT_STYLE, default_box_grid
 from pytest_satbench.core.question import ImageRef, Question, chance
-from pytest_satbench.core.records import AnswerRow, ServerTraffic
+from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
 from pytest_satbench.core.judge import JUDGED_VIEW, judge_verdict, official_rules
 from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
 from pytest_satbench.core.stats import (
@@ -130,6 +130,10 @@ class ServerUsage:
     requests: int | None = None  # HTTP attempts; None: the run did not record its traffic
     failures: int | None = None  # attempts that failed (a retry may have answered later)
     retries: int | None = None  # attempts that were retries
+    # the client's in-flight limit for this server, summed over the run's processes
+    limit: int | None = None  # at the end; None: the run did not record its limits
+    peak_in_flight: int | None = None  # the most in flight at once (per process, summed)
+    steered_by: str = ""  # metrics, latency or fixed (see engine/concurrency.py)
 
 
 @dataclass(slots=True)
@@ -141,6 +145,7 @@ class Usage:
     image_tokens: dict[str, float | None]  # arm -> mean image tokens per answer (None: not reported)
     asked: int  # answers asked by this run
     reused: int  # answers this run took from the store (asked by an earlier run)
+    limits: tuple[LimitTrace, ...] = ()  # each server's limits over the run, per process
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +247,7 @@ def benchmark_results(
     reported_type: Callable[[str], str] = lambda raw: raw,
     labels: Labels = Labels(),
     traffic: Mapping[str, ServerTraffic] | None = None,
+    limits: Sequence[LimitTrace] = (),
     iterations: int = 1000,
     seed: int = 0,
     unfinished: bool = False,
@@ -280,7 +286,7 @@ def benchmark_results(
     }
     return BenchmarkResult(
         benchmark=benchmark, run_id=run_id, tag=tag, protocol=protocol, items=items, stats=stats,
-        views=views, usage=tally.usage(list(stats.arms), traffic or {}),
+        views=views, usage=tally.usage(list(stats.arms), traffic or {}, limits),
         score_options=options, labels=labels, noise_floor=tally.noise_floor(),
         figures=figures, notes=tally.notes(),
         not_run=max(0, int((protocol.get("planned") or {}).get(benchmark, 0)) - len(items)), unfinished=unfinished,
@@ -455,7 +461,8 @@ class _Tally:
     def notes(self) -> list[str]:
         return notes(self._notes)
 
-    def usage(self, arms: list[str], traffic: Mapping[str, ServerTraffic]) -> Usage:
+    def usage(self, arms: list[str], traffic: Mapping[str, ServerTraffic],
+              limits: Sequence[LimitTrace] = ()) -> Usage:
         shown_traffic = {self._redact_url(name): t for name, t in traffic.items()}
         for name in shown_traffic:
             self.by_server.setdefault(name, _ServerTally())  # a server that only failed still shows
@@ -468,14 +475,23 @@ class _Tally:
             parts = list(shown_traffic.values())
             total_traffic = sum(parts[1:], parts[0])
         total = self._total()
+        by_server = {s: t.usage(shown_traffic.get(s)) for s, t in sorted(self.by_server.items())}
+        for trace in limits:
+            u = by_server.get(self._redact_url(trace.server))
+            if u is None:
+                continue
+            u.limit = (u.limit or 0) + trace.final_limit
+            u.peak_in_flight = (u.peak_in_flight or 0) + trace.peak_in_flight
+            u.steered_by = trace.steered_by if u.steered_by in ("", trace.steered_by) else "mixed"
         return Usage(
             total=total.usage(total_traffic),
-            by_server={s: t.usage(shown_traffic.get(s)) for s, t in sorted(self.by_server.items())},
+            by_server=by_server,
             errors=self.errors,
             errors_by_arm=dict(sorted(self.errors_by_arm.items())),
             image_tokens=tokens,
             asked=self.asked,
             reused=total.answers - self.asked,
+            limits=tuple(limits),
         )
 
 

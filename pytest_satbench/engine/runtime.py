@@ -18,7 +18,7 @@ from typing import Protocol
 from pytest_satbench.codecs.base import build_codecs
 from pytest_satbench.core import prompts
 from pytest_satbench.core.question import Question
-from pytest_satbench.core.records import ServerTraffic
+from pytest_satbench.core.records import LimitTrace, ServerTraffic
 from pytest_satbench.core.scoring import ScoreOptions
 from pytest_satbench.engine.answering import ItemResult, Job, Judge, QuestionRunner
 from pytest_satbench.engine.client import ModelMismatch, ServerPool, ServerUnavailable
@@ -183,8 +183,15 @@ class Runtime:
             ServerTraffic(u.server, u.requests, u.answered, u.failures, u.retries)
             for pool in pools for u in pool.usage().values()
         ]
+        usage = self.pool.usage().values()  # the judge's pool is not the fleet being measured
+        limits = [
+            LimitTrace(u.server, self.cfg.process, u.steered_by, u.limit or 0, u.max_in_flight,
+                       tuple((p.t, p.limit) for p in u.limit_history))
+            for u in usage
+        ]
         try:
             self.store.put_traffic(self.cfg.run_id, self.cfg.process, traffic)
+            self.store.put_limits(self.cfg.run_id, limits)
         except StoreError:
             pass  # the store failed during the run: that is reported already, traffic is bookkeeping
 

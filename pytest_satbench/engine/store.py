@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from pytest_satbench.core.records import AnswerRow, ServerTraffic
+from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
@@ -71,6 +71,16 @@ CREATE TABLE IF NOT EXISTS run_items (
     question TEXT NOT NULL,
     fingerprints TEXT NOT NULL,
     PRIMARY KEY (run_id, nodeid)
+);
+CREATE TABLE IF NOT EXISTS run_limits (
+    run_id TEXT NOT NULL,
+    process TEXT NOT NULL,
+    server TEXT NOT NULL,
+    steered_by TEXT NOT NULL,
+    final_limit INTEGER NOT NULL,
+    peak_in_flight INTEGER NOT NULL,
+    points TEXT NOT NULL,
+    PRIMARY KEY (run_id, process, server)
 );
 CREATE TABLE IF NOT EXISTS run_traffic (
     run_id TEXT NOT NULL,
@@ -392,6 +402,27 @@ class ResultStore:
                 wait=False,
             )
         self.flush()
+
+    def put_limits(self, run_id: str, traces: Sequence[LimitTrace]) -> None:
+        """Each server's adaptive limits over one process's run (replaces its last snapshot)."""
+        for t in traces:
+            self._write(
+                "INSERT OR REPLACE INTO run_limits VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, t.process, t.server, t.steered_by, t.final_limit, t.peak_in_flight,
+                 json.dumps([list(p) for p in t.points])),
+                wait=False,
+            )
+        self.flush()
+
+    def limits(self, run_id: str) -> list[LimitTrace]:
+        """The run's limit traces, by server then process."""
+        self.flush()
+        return [
+            LimitTrace(server, process, steered_by, int(final), int(peak), tuple((float(t), int(n)) for t, n in json.loads(points)))
+            for server, process, steered_by, final, peak, points in self._conn().execute(
+                "SELECT server, process, steered_by, final_limit, peak_in_flight, points FROM run_limits "
+                "WHERE run_id=? ORDER BY server, process", (run_id,))
+        ]
 
     def traffic(self, run_id: str) -> dict[str, ServerTraffic]:
         """Per server, summed over the run's processes (xdist workers)."""

@@ -41,6 +41,7 @@ def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: in
     run = runs[run_id]
     protocol = dict(run["protocol"])  # type: ignore[arg-type]
     traffic = store.traffic(run_id)
+    limits = store.limits(run_id)
     tag = str(run["tag"])
     out = []
     for bench in store.run_benchmarks(run_id):
@@ -51,7 +52,7 @@ def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: in
             options=score_options(protocol, declared.score_views if declared else frozenset()),
             reported_type=declared.reported_type if declared else (lambda raw: raw),
             labels=_labels(declared, protocol),
-            traffic=traffic, iterations=iterations, seed=seed, unfinished=run["finished"] is None,
+            traffic=traffic, limits=limits, iterations=iterations, seed=seed, unfinished=run["finished"] is None,
             each=each(bench, tag) if each is not None else None,
         ))
     return out

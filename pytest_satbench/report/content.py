@@ -349,7 +349,8 @@ def _usage_row(name: str, s: ServerUsage) -> tuple[Cell, ...]:
         name, _count(s.requests), str(s.answers), _count(s.failures), _count(s.retries),
         F.number(s.prompt_tokens, ","), F.number(s.completion_tokens, ","),
         "$" + F.number(s.cost, ".6f") if s.rows_with_cost else F.MISSING, f"{s.rows_with_cost}/{s.answers}",
-        _seconds(s.latency_mean_s), _seconds(s.latency_p50_s), _seconds(s.latency_p95_s), _models(s.models),
+        _seconds(s.latency_mean_s), _seconds(s.latency_p50_s), _seconds(s.latency_p95_s),
+        _count(s.limit), _count(s.peak_in_flight), s.steered_by or F.MISSING, _models(s.models),
     ))
 
 
@@ -358,7 +359,8 @@ def _usage(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
     columns = (
         _text("server"), _num("attempts"), _num("answers"), _num("failures"), _num("retries"),
         _num("prompt tokens"), _num("completion tokens"), _num("cost (reported)"), _num("answers with cost"),
-        _num("latency mean"), _num("p50"), _num("p95"), _text("models returned"),
+        _num("latency mean"), _num("p50"), _num("p95"), _num("limit at end"), _num("peak in flight"),
+        _text("limit steered by"), _text("models returned"),
     )
     rows = tuple(_usage_row(name, s) for name, s in [*u.by_server.items(), ("all", u.total)])
     out: list[Block] = [
@@ -367,9 +369,15 @@ def _usage(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
         Paragraph(rich(
             "Attempts are the HTTP requests sent, failures the attempts that got no answer (a retry may "
             "have answered later), retries the attempts that repeated a failed one; ", Code(F.MISSING),
-            " where the run did not record its traffic.")),
+            " where the run did not record its traffic. The limit is how many requests the client allowed "
+            "the server in flight (adaptive per server under ", Code("--concurrency"), "'s cap, steered by the "
+            "server's vLLM metrics or by the latency and rate the client saw; summed over xdist workers).")),
         Paragraph(rich(f"Answers: {u.asked} asked by this run, {u.reused} reused from the store.")),
     ]
+    if any(len(t.points) > 1 for t in u.limits):
+        out.append(Figure(plots.limits_over_time(
+            [(t.server if t.process == "main" else f"{t.server} ({t.process})", t.points) for t in u.limits],
+            f"{data.benchmark}: in-flight limit per server over the run")))
     errors: Rich = rich(f"API errors (no answer after retries, no usage): {u.errors}")
     if u.errors:
         errors = rich(errors, " (", _list([(Code(labels.get(a, a)), f": {n}") for a, n in u.errors_by_arm.items()]), ")")

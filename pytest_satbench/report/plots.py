@@ -146,6 +146,51 @@ def tokens_curve(points: dict[str, list[tuple[float, float]]], ceilings: dict[st
     return "\n".join(parts)
 
 
+def limits_over_time(traces: list[tuple[str, tuple[tuple[float, int], ...]]], title: str) -> str:
+    """Each server's in-flight limit (y) against seconds since the client started (x), as
+    steps: a limit holds until its next change."""
+    names = [n for n, _ in traces]
+    colours = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+    t_end = max((p[-1][0] for _, p in traces if p), default=1.0) or 1.0
+    top_limit = max((lim for _, p in traces for _, lim in p), default=1) or 1
+    left, top, pw, ph = 52.0, 34.0, 520.0, 200.0
+    legend_w = 30 + 7 * max((len(n) for n in names), default=4)
+    width, height = left + pw + legend_w + 30, top + ph + 50
+
+    def px(t: float) -> float:
+        return left + pw * t / t_end
+
+    def py(v: float) -> float:
+        return top + ph * (1 - v / top_limit)
+
+    parts = [
+        (f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" width="{_f(width)}" height="{_f(height)}" '
+         f'viewBox="0 0 {_f(width)} {_f(height)}" role="img" aria-label="{escape(title)}">'),
+        f'<text x="{_f(left)}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>',
+    ]
+    for frac in (0.0, 0.5, 1.0):
+        v = top_limit * frac
+        parts.append(f'<line x1="{_f(left)}" x2="{_f(left + pw)}" y1="{_f(py(v))}" y2="{_f(py(v))}" stroke="#dddddd"/>')
+        parts.append(f'<text x="{_f(left - 6)}" y="{_f(py(v) + 4)}" font-size="11" text-anchor="end">{v:.0f}</text>')
+    for frac in (0.0, 0.5, 1.0):
+        parts.append(f'<text x="{_f(px(t_end * frac))}" y="{_f(top + ph + 16)}" font-size="11" text-anchor="middle">{t_end * frac:.0f}</text>')
+    parts.append(f'<text x="{_f(left + pw / 2)}" y="{_f(top + ph + 36)}" font-size="12" text-anchor="middle">seconds since the client started</text>')
+    for name, points in traces:
+        if not points:
+            continue
+        steps: list[str] = []
+        for i, (t, lim) in enumerate(points):
+            if i:
+                steps.append(f"{_f(px(t))},{_f(py(points[i - 1][1]))}")
+            steps.append(f"{_f(px(t))},{_f(py(lim))}")
+        steps.append(f"{_f(px(t_end))},{_f(py(points[-1][1]))}")
+        parts.append(f'<polyline fill="none" stroke="{colours[name]}" stroke-width="2" points="{" ".join(steps)}">'
+                     f'<title>{escape(name)}: {len(points)} limits, last {points[-1][1]}</title></polyline>')
+    parts += legend(names, colours, left + pw + 16, top + 10)
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
 def _frame(title: str, width: float, height: float, left: float, right: float, y: Callable[[float], float]) -> list[str]:
     """The opening of a plot: the svg element, its title, and the 0-100% grid lines."""
     parts = [

@@ -7,6 +7,7 @@ any stored answer, verdict or figure, while the adaptive limits spread the reque
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -51,3 +52,19 @@ def test_two_simulated_servers_give_the_results_of_one(pytester: pytest.Pytester
     assert fleet.outlines[-1].split(" in ")[0] == alone.outlines[-1].split(" in ")[0]
     table = [line for line in fleet.outlines if line.startswith(("overall", "presence", "count"))]
     assert table and table == [line for line in alone.outlines if line.startswith(("overall", "presence", "count"))]
+
+
+def test_the_limits_over_the_run_reach_the_report(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\n")
+    data = rsvqa_suite(pytester, BENCH_MODULE, n_images=6, per_type=5)
+    with SimServer(EngineParams(max_num_seqs=8, base_ms=5.0, per_seq_ms=1.0, output_tokens=10)) as sim:
+        result = pytester.runpytest("--servers", sim.url, "--data-root", str(data), "-q",
+                                    "-W", "ignore::pytest.PytestAssertRewriteWarning")
+        seen = sim.stats().max_running_seen
+    assert result.ret in (0, 1), result.stdout.str()
+    folder = pytester.path / "reports" / "rsvqa_lr" / "default"
+    server = json.loads((folder / "summary.json").read_text())["usage"]["by_server"][sim.url]
+    assert server["steered_by"] == "metrics"  # the simulator serves vLLM's /metrics
+    assert 1 <= server["limit"] <= 32 and server["peak_in_flight"] >= seen
+    page = (folder / "report.html").read_text()
+    assert "in-flight limit per server over the run" in page and "<polyline" in page

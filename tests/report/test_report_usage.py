@@ -20,7 +20,8 @@ N = N_IMAGES * 4 * PER_TYPE
 FAILED = 3  # 503s injected on the first requests; each is retried and then answered
 
 USAGE_HEADER = ("| server | attempts | answers | failures | retries | prompt tokens | completion tokens | "
-                "cost (reported) | answers with cost | latency mean | p50 | p95 | models returned |")
+                "cost (reported) | answers with cost | latency mean | p50 | p95 | limit at end | peak in flight | "
+                "limit steered by | models returned |")
 
 
 def _usage_rows(md: str) -> dict[str, list[str]]:
@@ -48,6 +49,10 @@ def test_a_real_run_reports_attempts_failures_and_retries(pytester: pytest.Pytes
     usage = json.loads((folder / "summary.json").read_text())["usage"]
     server = usage["by_server"][url]
     assert (server["requests"], server["answers"], server["failures"], server["retries"]) == (N + FAILED, N, FAILED, FAILED)
+    # --concurrency 1: a cap of one per server, under which the limit adapts; a server without
+    # /metrics is steered by latency, and the 503s could not push it below one
+    assert (server["limit"], server["peak_in_flight"], server["steered_by"]) == (1, 1, "latency")
+    assert [t["server"] for t in usage["limits"]] == [url] and usage["limits"][0]["process"] == "main"
 
     md = (folder / "report.md").read_text()
     rows = _usage_rows(md)
@@ -55,6 +60,7 @@ def test_a_real_run_reports_attempts_failures_and_retries(pytester: pytest.Pytes
     for name in (url, "all"):  # one server: the total is that server
         attempts, answers, failures, retries = rows[name][1:5]
         assert (attempts, answers, failures, retries) == (str(N + FAILED), str(N), str(FAILED), str(FAILED))
+    assert rows[url][12:15] == ["1", "1", "latency"]
     assert f"Answers: {N} asked by this run, 0 reused from the store." in md
 
     page = (folder / "report.html").read_text()
