@@ -1,6 +1,6 @@
 """The live progress line: answered / total, rate, elapsed, ETA, load per server, errors.
 
-    satbench: 12,345/222,684 answered (5.5%) · 41.2 q/s · 5m12s elapsed · ETA 1h24m ·
+    satbench: 12,345/222,684 answered (5.5%) · 41.2 q/s · 5m12s elapsed · ETA 1h25m ·
       in flight gpu1:8000 230/256, gpu2:8000 DOWN · 3 errors, 12 retries
 
 (one line). pytest's dots and its integer percentage say nothing useful in a 20-hour run: at
@@ -16,12 +16,16 @@ Where it is written (`plugin/terminal.py` does the writing):
   (default 60); `--progress-every 0` turns the line off in both cases.
 
 When it is refreshed: from pytest's own thread, in `pytest_runtest_logreport`, after a
-time check (one `time.monotonic()` per report): no thread of its own ever writes to the
-terminal, and nothing is written while an item's output is being captured. Under xdist only
-the controller writes: it counts the outcomes on the reports it receives, and each worker
-attaches a small snapshot of its servers' load to at most one report a second
-(`satbench_progress`: its id, the number of question items, and per server up, in flight,
-limit and retries), which the controller sums per server.
+time check (one `time.monotonic()` per report, `ProgressPlugin.tick`): no thread of its own
+ever writes to the terminal, and nothing is written while an item's output is being
+captured (question items have no capture; your own items run with the line erased). While
+pytest's thread waits for a slow item there is no report: the line stands still unless the
+session calls its `wait_listeners` each second of the wait (then `tick` runs there too).
+
+Under xdist only the controller writes: it counts the outcomes on the reports it receives,
+and each worker attaches a small snapshot of its servers' load to at most one report a
+second (`satbench_progress`: its id, the number of question items, and per server up, in
+flight, limit and retries), which the controller sums per server.
 
 The numbers are made by pure functions of a `Progress` record (`format_progress`), so they
 are tested directly; the rate is over the last minute (`RateWindow`), the ETA from that rate.
@@ -341,7 +345,11 @@ class ProgressPlugin:
         self.window.add(self.started, 0)
         self._next_sample = self.started + SAMPLE_S
         from pytest_satbench.plugin import terminal
+        from pytest_satbench.plugin.items import SESSION_KEY
 
+        listeners = getattr(self.config.stash.get(SESSION_KEY, None), "wait_listeners", None)
+        if isinstance(listeners, list) and self.tick not in listeners:
+            listeners.append(self.tick)
         if terminal.can_rewrite(reporter):
             self._line = terminal.StatusLine(reporter._tw)
             self._next_write = self.started  # shown at the first report
@@ -374,6 +382,15 @@ class ProgressPlugin:
             snapshot = getattr(report, REPORT_ATTR, None)
             if snapshot is not None:
                 self._snapshots[str(snapshot.get("worker", ""))] = snapshot
+        self.tick()
+
+    def tick(self) -> None:
+        """The time check: samples the rate and writes the line when due. Called by every
+        report, on pytest's thread; and, where the session offers it (`wait_listeners`),
+        every second while pytest's thread waits for an item's answers, so the line (its
+        elapsed time, a server marked down) stays live through a stall."""
+        if self._reporter is None:
+            return
         now = time.monotonic()  # the whole cost of a report between refreshes
         if now >= self._next_sample:
             self._sample(now)

@@ -359,10 +359,20 @@ def pytest_lines(screen: list[str]) -> list[str]:
     return [line for line in screen if not re.search(r"\bin \d+\.\d+s\b", line)]
 
 
-@pytest.mark.parametrize(("mode", "cols"), [("-q", 100), ("-v", 44)], ids=["dots", "verbose-narrow"])
+OWN_TEST = """
+def test_{name}():
+    print("{name} prints a line under -s")
+    print("and another")
+"""
+
+
+@pytest.mark.parametrize(("mode", "cols"), [("-q", 100), ("-v", 44), ("-s", 100)],
+                         ids=["dots", "verbose-narrow", "own-tests-printing"])
 def test_on_a_terminal_the_line_is_rewritten_in_place_and_pytests_lines_are_untouched(
         pytester: pytest.Pytester, bench: Path, mode: str, cols: int) -> None:
     rows = 12  # a short screen: the run scrolls while the line is shown
+    if mode == "-s":  # tests of your own in the run, before and after the questions, printing
+        pytester.makepyfile(test_a=OWN_TEST.format(name="a"), test_z=OWN_TEST.format(name="z"))
     with FakeVLM(models=["m"], answer=yes, delay=DELAY) as srv:
         base = [sys.executable, "-m", "pytest", mode, "-p", "no:cacheprovider", *args(srv.url, bench)]
         shown = on_a_terminal([*base, "--store", str(pytester.path / "a.sqlite")], pytester.path, cols, rows)
