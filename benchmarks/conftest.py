@@ -1,2 +1,3 @@
-"""Benchmark runs keep their own pytest cache (results store, demo data, reconstruction
-cache) under benchmarks/, apart from the project's unit tests."""
+"""The benchmark suite. Its results store, demo data and reconstruction cache live in pytest's
+cache folder of the rootdir, `.pytest_cache/d/` at the repository root (`satbench/results.sqlite`,
+`satbench-data/`, `satbench-recon/`), or wherever `--store` puts the store."""

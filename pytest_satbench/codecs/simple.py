@@ -16,6 +16,7 @@ from pytest_satbench.codecs.base import (
     ArmSpec,
     Codec,
     CodecFactory,
+    SpecError,
     expect_float,
     expect_int,
     register_codec,
@@ -34,7 +35,7 @@ class IdentityCodec(Codec):
 class JpegCodec(Codec):
     def __init__(self, spec: ArmSpec) -> None:
         self.arms = (spec,)
-        self.quality = int(spec.param("quality", "75") or 75)
+        self.quality = int(spec.param("quality", ""))
 
     def reconstruct(self, image: Image.Image) -> list[Image.Image]:
         buf = io.BytesIO()
@@ -50,7 +51,7 @@ class ResizeCodec(Codec):
 
     def __init__(self, spec: ArmSpec) -> None:
         self.arms = (spec,)
-        self.factor = float(spec.param("factor", "0.5") or 0.5)
+        self.factor = float(spec.param("factor", ""))
 
     def reconstruct(self, image: Image.Image) -> list[Image.Image]:
         rgb = image.convert("RGB")
@@ -67,15 +68,22 @@ def _identity(params: dict[str, str]) -> ArmSpec:
     return ArmSpec("identity")
 
 
+def _required(codec: str, params: dict[str, str], key: str, example: str) -> str:
+    """A parameter the arm's pixels depend on: never a silent default, the report must say it."""
+    if key not in params:
+        raise SpecError(f"--recon {codec}: give its {key}, e.g. --recon {codec}:{key}={example}")
+    return params[key]
+
+
 def _jpeg(params: dict[str, str]) -> ArmSpec:
     reject_unknown("jpeg", params, {"quality"})
-    q = expect_int("jpeg", "quality", params.get("quality", "75"), 1, 100)
+    q = expect_int("jpeg", "quality", _required("jpeg", params, "quality", "75"), 1, 100)
     return ArmSpec("jpeg", (("quality", str(q)),))
 
 
 def _resize(params: dict[str, str]) -> ArmSpec:
     reject_unknown("resize", params, {"factor"})
-    f = expect_float("resize", "factor", params.get("factor", "0.5"), 0.0, 1.0)
+    f = expect_float("resize", "factor", _required("resize", params, "factor", "0.5"), 0.0, 1.0)
     return ArmSpec("resize", (("factor", f"{f:g}"),))
 
 
@@ -90,7 +98,7 @@ register_codec(
     CodecFactory("identity", _identity, _one_each(IdentityCodec), "the original pixels")
 )
 register_codec(
-    CodecFactory("jpeg", _jpeg, _one_each(JpegCodec), "jpeg:quality=Q (1-100, default 75)")
+    CodecFactory("jpeg", _jpeg, _one_each(JpegCodec), "jpeg:quality=Q (1-100)")
 )
 register_codec(
     CodecFactory(

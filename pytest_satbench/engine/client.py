@@ -598,7 +598,7 @@ class ServerPool:
         elif failure.status == 404:
             advice = "check --model and the server URL"
         else:
-            advice = "the server refused this request; check --model and --max-tokens against the server"
+            advice = "the server refused this request; check --model and --max-new against the server"
         n = attempt
         where = f" (on {', '.join(tried)})" if len(tried) > 1 else ""
         msg = (f"{srv.route}: POST /v1/chat/completions failed after {n} "

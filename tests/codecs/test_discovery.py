@@ -122,7 +122,7 @@ def test_broken_entry_point_fails_only_the_specs_naming_it(site: Path) -> None:
 
         # The others work, and nothing is said about the broken ones until they are named.
         out["jpeg"] = normalise_spec("jpeg:quality=5").canonical
-        out["jpeg_module"] = type(build_codecs([normalise_spec("jpeg")])[0]).__module__
+        out["jpeg_module"] = type(build_codecs([normalise_spec("jpeg:quality=75")])[0]).__module__
         out["broken"] = sorted(broken_codecs())
         for text in ("broken:x=1", "nosuch", "dup"):
             try:
@@ -189,3 +189,15 @@ def test_codecs_base_imports_no_plugin_and_no_pil() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["ok", "jpeg:quality=5"]
     assert importlib.util.find_spec("PIL") is not None  # the check above blocked a real module
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("jpeg", "--recon jpeg: give its quality, e.g. --recon jpeg:quality=75"),
+    ("resize", "--recon resize: give its factor, e.g. --recon resize:factor=0.5"),
+])
+def test_a_parameter_the_pixels_depend_on_is_never_a_silent_default(spec: str, message: str) -> None:
+    from pytest_satbench.codecs.base import SpecError, normalise_spec
+
+    with pytest.raises(SpecError) as ei:
+        normalise_spec(spec)
+    assert str(ei.value) == message

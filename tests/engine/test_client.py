@@ -113,7 +113,7 @@ def test_retry_after_is_honoured() -> None:
     assert timed(Fail.rate_limited()) < 0.5
 
 
-@pytest.mark.parametrize("status,advice", [(400, "--max-tokens"), (401, "API key"),
+@pytest.mark.parametrize("status,advice", [(400, "--max-new"), (401, "API key"),
                                            (403, "API key"), (404, "--model"), (422, "--model")])
 def test_client_errors_fail_at_once(status: int, advice: str) -> None:
     msg = f"maximum context length is 4096 tokens (status {status})"
