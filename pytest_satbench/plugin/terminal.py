@@ -27,9 +27,13 @@ def render(tr: Any, results: Sequence[BenchmarkResult], model: str | None) -> No
             tr.write_line(line)
     asked = sum(r.usage.asked for r in results)
     reused = sum(r.usage.reused for r in results)
-    for line in F.prose(
-        f"answers: {asked} asked this run, {reused} reused from the store" + (f"; model {model}" if model else "")
-    ):
+    text = f"answers: {asked} asked this run, {reused} reused from the store" + (f"; model {model}" if model else "")
+    # the run's traffic is one figure for all its benchmarks
+    sent = results[0].usage.total.requests
+    if sent is not None and sent != asked:
+        text += (f"; {sent} requests sent (failed attempts and retries count, and so do answers fetched ahead "
+                 "for items a stopped run did not reach: those are stored for the next run)")
+    for line in F.prose(text):
         tr.write_line(line)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -326,6 +327,20 @@ def test_x_stops_at_the_first_failure_without_waiting_for_slow_requests(pytester
     assert proc.returncode == 1, proc.stdout
     assert "1 failed" in proc.stdout and "stopping after 1 failures" in proc.stdout
     assert elapsed < 6, f"exit waited for in-flight requests ({elapsed:.1f}s)"
+
+
+def test_x_says_what_was_sent_for_items_it_never_reached(pytester: pytest.Pytester, bench: Path) -> None:
+    (bench / "RSVQA-LR" / "Images_LR" / "11.tif").unlink()  # the second image's items fail
+    with FakeVLM(models=["m"], answer=always("yes"), delay=0.05) as srv:
+        result = run(pytester, srv, bench, "-x", "-q")
+        sent = srv.chat_requests
+    assert result.ret == 1
+    text = " ".join(result.stdout.str().split())
+    line = re.search(r"answers: (\d+) asked this run, 0 reused from the store; model m; (\d+) requests sent", text)
+    # the look-ahead asked for items after the failure: the line says so, not just "N asked"
+    assert line is not None, text[-1500:]
+    asked, requests = int(line.group(1)), int(line.group(2))
+    assert asked < requests <= sent + 4, (asked, requests, sent)
 
 
 def test_junitxml_names_each_question(pytester: pytest.Pytester, bench: Path) -> None:
