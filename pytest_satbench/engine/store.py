@@ -116,6 +116,9 @@ _UPSERT = (
 )
 
 
+_ITEM_ANSWERS = f"SELECT {', '.join(_COLUMNS)} FROM answers WHERE nodeid=? AND status='ok'"
+
+
 class StoreError(Exception):
     """The results store cannot be written or read: one line naming the file and what to do.
     What was committed before it is kept."""
@@ -333,13 +336,17 @@ class ResultStore:
         return _row(got) if got else None
 
     def get_many(self, nodeid: str, keys: Sequence[tuple[str, str]]) -> dict[str, AnswerRow]:
-        """Stored answers of one item, by arm, for the given (arm, fingerprint) pairs."""
-        out: dict[str, AnswerRow] = {}
-        for arm, fp in keys:
-            row = self.get(nodeid, arm, fp)
-            if row is not None:
-                out[arm] = row
-        return out
+        """Stored answers of one item, by arm, for the given (arm, fingerprint) pairs, in
+        their order. One query for the item's answers (the primary key's prefix), not one per
+        arm: every question of a run asks this, stored or not."""
+        if len(keys) < 2:
+            return {arm: row for arm, fp in keys if (row := self.get(nodeid, arm, fp)) is not None}
+        wanted = dict(keys)
+        found: dict[str, AnswerRow] = {}
+        for got in self._conn().execute(_ITEM_ANSWERS, (nodeid,)):
+            if wanted.get(got[1]) == got[2]:  # this arm's fingerprint, not another setting's answer
+                found[got[1]] = _row(got)
+        return {arm: found[arm] for arm, _ in keys if arm in found}
 
     def rows(self, benchmark: str | None = None) -> Iterator[AnswerRow]:
         self.flush()  # this process's queued writes first

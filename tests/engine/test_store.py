@@ -89,3 +89,16 @@ def test_run_items_reads_through_the_benchmark_index(tmp_path: Path) -> None:
     plan = " ".join(str(r[-1]) for r in conn.execute(
         "EXPLAIN QUERY PLAN SELECT r.rowid FROM run_items r WHERE r.run_id=? AND r.benchmark=? ORDER BY r.rowid", ("r", "b")))
     assert "run_items_by_benchmark" in plan and "TEMP B-TREE" not in plan  # no sort of the run's rows
+
+
+def test_get_many_takes_only_the_asked_fingerprints(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "r.sqlite")
+    store.put(_row("a", arm="orig", fp="o1", text="orig now"))
+    store.put(_row("a", arm="orig", fp="o-old", text="orig with other settings"))
+    store.put(_row("a", arm="jpeg", fp="j1", text="jpeg now"))
+    store.put(_row("a", arm="blind", fp="b1", status="error"))  # an error is not an answer
+    got = store.get_many("a", [("jpeg", "j1"), ("orig", "o1"), ("blind", "b1"), ("resize", "r1")])
+    assert list(got) == ["jpeg", "orig"]  # the asked order
+    assert got["orig"].text == "orig now" and got["jpeg"].text == "jpeg now"
+    assert store.get_many("a", [("orig", "o-old")])["orig"].text == "orig with other settings"
+    assert store.get_many("b", [("orig", "o1"), ("jpeg", "j1")]) == {}
