@@ -275,10 +275,10 @@ def benchmark_results(
         if each is not None:
             each(item)
     del shared, scorer
-    stats = summarize(records, iterations=iterations, seed=seed)
-    names = sorted({n for r in records for v in r.views.values() for n in v})
-    views = {n: summarize_view(records, n, iterations=iterations, seed=seed) for n in names}
-    prepared = FigureInput(records)
+    prepared = FigureInput(records)  # the image codes and type index, once for every summary
+    stats = summarize(records, iterations=iterations, seed=seed, prepared=prepared)
+    names = sorted({n for v in {id(r.views): r.views for r in records}.values() for vs in v.values() for n in vs})
+    views = {n: summarize_view(records, n, iterations=iterations, seed=seed, prepared=prepared) for n in names}
     figures = {
         agg.name: summarize_aggregate(records, weighting=agg.weighting, types=agg.types, verdict=agg.verdict,
                                       iterations=iterations, seed=seed, prepared=prepared)

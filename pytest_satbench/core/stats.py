@@ -512,13 +512,25 @@ class _ArmArrays:
 
 def _arm_arrays(records: Sequence[QuestionRecord], arm: str) -> _ArmArrays:
     n = len(records)
-    outs = [r.arms.get(arm) for r in records]
+    # one pass numbering the distinct outcome objects (records made by core.results share
+    # them: a handful per run), then every flag is a lookup in that small table
+    number: dict[int, int] = {id(None): 0}
+    kinds: list[ArmOutcome | None] = [None]
+
+    def code(o: ArmOutcome | None) -> int:
+        k = number.get(id(o))
+        if k is None:
+            k = number[id(o)] = len(kinds)
+            kinds.append(o)
+        return k
+
+    codes = np.fromiter(map(code, [r.arms.get(arm) for r in records]), dtype=np.intp, count=n)
 
     def flag(fn: Callable[[ArmOutcome], bool]) -> np.ndarray:
-        return np.fromiter((o is not None and fn(o) for o in outs), dtype=bool, count=n)
+        return np.array([o is not None and fn(o) for o in kinds], dtype=bool)[codes]
 
     return _ArmArrays(
-        present=np.fromiter((o is not None for o in outs), dtype=bool, count=n),
+        present=np.array([o is not None for o in kinds], dtype=bool)[codes],
         correct=flag(lambda o: o.correct),
         error=flag(lambda o: o.status == "error"),
         parsed=flag(lambda o: o.parsed),
@@ -659,10 +671,13 @@ def summarize(
     iterations: int = 2000,
     seed: int = 0,
     level: float = 0.95,
+    prepared: FigureInput | None = None,
 ) -> BenchmarkStats:
-    """Accuracy, paired deltas, coverage and chance for one benchmark, overall and per type."""
+    """Accuracy, paired deltas, coverage and chance for one benchmark, overall and per type.
+    `prepared`: `FigureInput(records)` of these same records, when the caller has it (the
+    image codes and type index are made once for every summary of a benchmark)."""
     _check_level(level, iterations)
-    codes, type_idx = _index(records)
+    codes, type_idx = (prepared.codes, prepared.type_idx) if prepared is not None else _index(records)
     arms = _order_arms((a for r in records for a in r.arms), reference_arm, blind_arm)
     recon = tuple(a for a in arms if a not in (reference_arm, blind_arm))
     data = {arm: _arm_arrays(records, arm) for arm in arms}
@@ -702,10 +717,12 @@ def summarize_view(
     iterations: int = 2000,
     seed: int = 0,
     level: float = 0.95,
+    prepared: FigureInput | None = None,
 ) -> ViewStats:
-    """Mean of the per-question value `views[arm][view]`, per arm, overall and per type."""
+    """Mean of the per-question value `views[arm][view]`, per arm, overall and per type
+    (`prepared` as for `summarize`)."""
     _check_level(level, iterations)
-    codes, type_idx = _index(records)
+    codes, type_idx = (prepared.codes, prepared.type_idx) if prepared is not None else _index(records)
     arms = sorted({a for r in records for a, v in r.views.items() if view in v})
     values = {arm: np.full(len(records), math.nan) for arm in arms}
     for i, r in enumerate(records):

@@ -164,14 +164,16 @@ class PredictionsWriter:
         })[:-1]
         for arm, row in it.rows.items():
             sc = it.scores.get(arm)
+            latency, cost = row.latency_s, row.cost
             rec = {
                 "arm": arm, "status": row.status,
                 "answer": row.text, "extracted": sc.extracted if sc else None,
                 "correct": bool(sc and sc.correct), "parsed": bool(sc and sc.parsed),
                 "views": {k: _finite(v) for k, v in sc.views} if sc else {},
-                "finish_reason": row.finish_reason, "latency_s": _finite(row.latency_s),
+                "finish_reason": row.finish_reason,
+                "latency_s": None if latency is None or not math.isfinite(latency) else latency,
                 "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
-                "cost": _finite(row.cost), "model": row.model,
+                "cost": None if cost is None or not math.isfinite(cost) else cost, "model": row.model,
                 # the two fields that could carry a credential (a URL, a server's error
                 # text); redacting every field of 500k rows took seconds
                 "server": self._server(row.server), "attempts": row.attempts,
