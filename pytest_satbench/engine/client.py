@@ -360,6 +360,8 @@ class ServerPool:
     `model_aliases`: model ids a reply may name instead of the one asked for (a str is read
     as a comma-separated list); the Answer keeps the id the reply named.
     `on_state_change(server, up, reason)`: called once per down/up transition of a server.
+    `names`: how the servers are named in answers, usage and errors, in `urls` order (default:
+    the URL without credentials); a server on a port of the day keeps one name across runs.
     `concurrency`: a ConcurrencySpec (default: adaptive per-server limits, engine.concurrency);
     an int is a fixed cap on the whole pool, shared by fewest in flight.
     """
@@ -370,7 +372,8 @@ class ServerPool:
                  connect_timeout: float = 10.0, proxies: ProxySettings | None = None,
                  max_reply_bytes: int = MAX_REPLY_BYTES, max_text_chars: int = MAX_TEXT_CHARS,
                  model_aliases: Iterable[str] = frozenset(),
-                 on_state_change: Callable[[str, bool, str], None] | None = None) -> None:
+                 on_state_change: Callable[[str, bool, str], None] | None = None,
+                 names: Sequence[str] | None = None) -> None:
         if isinstance(urls, str):
             urls = [u for u in urls.split(",") if u.strip()]
         if not urls:
@@ -408,11 +411,14 @@ class ServerPool:
         # One keep-alive pool per server: connections are reused instead of opening one per
         # request (the seed did). Nothing below retries on its own: we decide what is
         # retried, and a POST must not be replayed behind our back.
+        if names is not None and len(names) != len(norm):
+            raise ValueError(f"{len(names)} server names for {len(norm)} servers")
+        shown = list(names) if names is not None else [_display(u) for u in norm]
         self._servers = [
-            _Server(url=u, name=_display(u), conns=Connections(
+            _Server(url=u, name=name, conns=Connections(
                 u, connect_timeout=self.connect_timeout, read_timeout=self.timeout, headers=headers,
                 proxies=proxies, max_body=self.max_reply_bytes))
-            for u in norm
+            for u, name in zip(norm, shown, strict=True)
         ]
         self._secrets = [self._api_key] if self._api_key else []
         for srv in self._servers:

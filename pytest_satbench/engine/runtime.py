@@ -155,6 +155,8 @@ class Runtime:
             urls, timeout=cfg.request_timeout, retries=cfg.retries, concurrency=cfg.concurrency,
             api_key=cfg.api_key, max_reply_bytes=cfg.max_reply_bytes, max_text_chars=cfg.max_answer_chars,
             model_aliases=frozenset(cfg.model_aliases), on_state_change=cfg.on_server_state,
+            # the builtin server's port changes every run: one name keeps its usage in one row
+            names=list(cfg.servers_shown) if urls == list(cfg.urls) and len(cfg.servers_shown) == len(urls) else None,
         )
 
     def _open_judge(self) -> Judge | None:

@@ -388,7 +388,8 @@ class SatbenchSession:
 
         servers = "builtin reference server" if s.builtin_server else ", ".join(s.servers)
         arms = ", ".join([ORIG] + [a.canonical for a in s.arms] + ([BLIND] if s.blind else []))
-        root = f"{s.data_root} ({s.data_root_source})" if s.data_root else "none"
+        root = (f"{s.data_root} ({s.data_root_source})" if s.data_root
+                else "not set (the demo needs none; the others: --data-root or $SATBENCH_DATA_ROOT)")
         lines = [f"satbench: servers: {servers}; arms: {arms}; data root: {root}; prompt style: {s.prompt_style}"]
         from pytest_satbench.engine.store import network_store_warning
 
