@@ -190,6 +190,7 @@ class FakeVLM:
         # "auto": prompt_tokens = len(prompt), completion_tokens = len(answer); None: omit.
         self.usage = usage
         self.response_model = response_model  # model id put in answers; default: the requested one
+        self.model_card: dict[str, Any] = {}  # more fields of each /v1/models entry (root, max_model_len)
         self.lock = threading.Lock()
         self.hits: Counter[str] = Counter()  # per path
         self.prompt_hits: Counter[str] = Counter()
@@ -388,7 +389,7 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
                 self._fail(fake.fail_models)
                 return
             self._json(200, {"object": "list",
-                             "data": [{"id": m, "object": "model"} for m in fake.models]})
+                             "data": [{"id": m, "object": "model", **fake.model_card} for m in fake.models]})
 
         def do_POST(self) -> None:
             with fake.lock:

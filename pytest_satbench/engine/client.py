@@ -58,6 +58,7 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "RETRY_AFTER_MAX_S",
     "Answer",
+    "ModelCard",
     "ModelMismatch",
     "RequestFailed",
     "ServerPool",
@@ -212,6 +213,16 @@ class ServerState:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelCard:
+    """What a server says of a model it serves (vLLM's /v1/models): the same id can be served
+    from other weights (`root`, the path or repository they were loaded from) or with another
+    context length."""
+
+    root: str | None
+    max_model_len: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class ServerLoad:
     """One server's load now (ServerPool.loads): cheap enough to read every second."""
 
@@ -314,6 +325,7 @@ class _Server:
     not_before: float = 0.0  # monotonic time before which no attempt goes here
     consecutive_failures: int = 0  # refused connections, drives the cool-down
     models: list[str] | None = None
+    cards: dict[str, ModelCard] = field(default_factory=dict)  # what /v1/models says of each
     # state, for on_state_change and server_states()
     down: bool = False
     down_since: float = 0.0
@@ -512,7 +524,9 @@ class ServerPool:
         try:
             data = r.json()["data"]
             ids = [str(m["id"]) for m in data]
-        except (ValueError, KeyError, TypeError):
+            srv.cards = {str(m["id"]): ModelCard(_str_or_none(m.get("root")), _int_or_none(m.get("max_model_len")))
+                         for m in data if isinstance(m, dict)}
+        except (ValueError, KeyError, TypeError, AttributeError):
             raise _Attempt(f"answered HTTP 200 but not an OpenAI model list: {_error_snippet(r)}",
                            transient=False) from None
         if not ids:
@@ -548,6 +562,14 @@ class ServerPool:
             raise ModelMismatch(f"servers disagree on the model ({each}); point --servers at servers "
                                 "of one model, or pass --model if they share one")
         return distinct.pop()
+
+    def model_card(self, model: str) -> ModelCard | None:
+        """What the first server that lists `model` says of it; None when none says anything."""
+        for srv in self._servers:
+            card = srv.cards.get(model)
+            if card is not None and (card.root is not None or card.max_model_len is not None):
+                return card
+        return None
 
     # ------------------------------------------------------------------ asking
     def ask(self, *, model: str, prompt: str, image_jpeg: bytes | None, max_tokens: int,

@@ -35,6 +35,31 @@ def protocol_conflict(store: ResultStore, tag: str, run_id: str, proto: dict[str
     return None
 
 
+def served_model_change(store: ResultStore, tag: str, run_id: str,
+                        proto: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(why this run must not join the tag's earlier runs, a line to say) when the server
+    says the model is served from other weights (`root`) or with another context length
+    (`max_model_len`) than in the latest earlier run of the tag. Other weights under the same
+    id would mix two models' answers (stored answers are keyed by the model id): refused.
+    Another context length changes nothing for answers that fit: said, not refused."""
+    now = proto.get("served_model") or {}
+    for prev in store.runs(tag):
+        if prev["run_id"] == run_id:
+            continue
+        old = prev["protocol"].get("served_model") or {}  # type: ignore[union-attr]
+        model = proto["model"]
+        if old.get("root") and now.get("root") and old["root"] != now["root"]:
+            return (f"--tag {tag}: model {model!r} is now served from {now['root']!r}, the earlier run's "
+                    f"server loaded it from {old['root']!r} (other weights under the same id); pass another "
+                    "--tag, or --allow-protocol-change if they are the same model"), None
+        if old.get("max_model_len") and now.get("max_model_len") and old["max_model_len"] != now["max_model_len"]:
+            return None, (f"--tag {tag}: model {model!r} is now served with max_model_len {now['max_model_len']} "
+                          f"(the earlier run: {old['max_model_len']}); stored answers are reused, and prompts "
+                          "longer than the new length fail")
+        return None, None
+    return None, None
+
+
 def dataset_hashes(requires: Iterable[str], root: Path) -> dict[str, str]:
     """sha256 of a benchmark's dataset files (`Benchmark.requires`, not images)."""
     out: dict[str, str] = {}

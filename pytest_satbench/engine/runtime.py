@@ -26,7 +26,7 @@ from pytest_satbench.engine.config import RuntimeConfig
 from pytest_satbench.engine.fingerprint import AskSettings
 from pytest_satbench.engine.images import ImagePipeline
 from pytest_satbench.engine.lookahead import LookAhead
-from pytest_satbench.engine.provenance import protocol_conflict
+from pytest_satbench.engine.provenance import protocol_conflict, served_model_change
 from pytest_satbench.engine.store import ResultStore, StoreError
 
 
@@ -66,6 +66,7 @@ class Runtime:
         self.lookahead: LookAhead[Askable, ItemResult] | None = None
         self.judge: Judge | None = None
         self._started = time.monotonic()
+        self.notices: list[str] = []  # one line each, for the user, from the start
 
     @classmethod
     def start(cls, cfg: RuntimeConfig, upcoming: Iterable[Askable] | None = None) -> Runtime:
@@ -105,11 +106,18 @@ class Runtime:
         )
         stack.callback(self.images.close)
         proto = cfg.protocol(self.model, judge.model if judge else None)
+        card = self.pool.model_card(self.model)
+        # the same model id can be other weights: what the server says of it is kept with the run
+        proto["served_model"] = {"root": card.root, "max_model_len": card.max_model_len} if card else None
         proto["codec_identity"] = {
             a: self.images.codec_identity(a) for a in self.images.arms if self.images.codec_identity(a)
         }
         if not cfg.allow_protocol_change:
             problem = protocol_conflict(self.store, cfg.tag, cfg.run_id, proto)
+            if problem is None:
+                problem, notice = served_model_change(self.store, cfg.tag, cfg.run_id, proto)
+                if notice:
+                    self.notices.append(notice)
             if problem:
                 raise StartError(problem)
         self.store.start_run(cfg.run_id, cfg.tag, proto)

@@ -215,6 +215,9 @@ class SatbenchSession:
             self._runtime = Runtime.start(self._runtime_config(), upcoming)
         except StartError as exc:
             raise pytest.UsageError(f"satbench: {exc}") from None
+        if not self.is_worker:
+            for line in self._runtime.notices:
+                self._say(f"satbench: {line}")
         return self._runtime
 
     def _runtime_config(self) -> RuntimeConfig:

@@ -81,3 +81,22 @@ def test_answers_of_an_alias_are_fingerprinted_with_it_and_reused(tmp_path: Path
     with FakeVLM(["m"], answer=lambda p, h, i: "yes") as plain:
         _run(tmp_path, plain.url)
         assert plain.chat_requests == 200
+
+
+def test_other_weights_under_the_same_model_id_are_refused_and_a_new_length_is_said(tmp_path: Path) -> None:
+    with FakeVLM(["m"], answer=lambda prompt, has_image, image: "yes") as srv:
+        srv.model_card = {"root": "/w/rsthinker-v1", "max_model_len": 32768}
+        first = _run(tmp_path, srv.url)
+        asked = srv.chat_requests
+        srv.model_card = {"root": "/w/rsthinker-v1", "max_model_len": 8192}
+        longer = _run(tmp_path, srv.url)
+        srv.model_card = {"root": "/w/rsthinker-v2", "max_model_len": 8192}
+        other = _run(tmp_path, srv.url)
+        assert srv.chat_requests == asked  # neither later run asked anything
+    assert first.returncode == 0 and longer.returncode == 0, longer.stdout[-2000:]
+    said = " ".join(longer.stdout.split())
+    assert "model 'm' is now served with max_model_len 8192 (the earlier run: 32768); stored answers are reused" in said
+    assert other.returncode == 4
+    refused = " ".join(other.stderr.split())
+    assert ("model 'm' is now served from '/w/rsthinker-v2', the earlier run's server loaded it from "
+            "'/w/rsthinker-v1'") in refused, refused
