@@ -209,6 +209,15 @@ def test_a_bad_ini_value_is_one_line_naming_the_ini(pytester: pytest.Pytester) -
                                 "satbench_request_timeout: must be a positive number of seconds, got 'nan'")
 
 
+def test_the_readme_table_is_the_generated_one() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("| option | default | meaning |")
+    table = readme[start:readme.index("\n\n", start)].splitlines()
+    assert table == markdown_rows(), "regenerate README's options table from plugin/options.py"
+
+
 def test_readme_rows_cover_the_table() -> None:
     rows = markdown_rows()
     assert rows[0] == "| option | default | meaning |"
