@@ -442,6 +442,11 @@ class SatbenchSession:
         # run's rows never wait in memory for them (report/__init__.py)
         reports = RunReports(Path(self.config.rootpath) / "reports", recon_cache=store.path.parent.parent / "satbench-recon") \
             if self.settings.reports else None
+        # Re-scoring makes a few objects per question, none in a cycle, while the session's
+        # millions (items, kept reports) stay: the cyclic GC would walk them all again and
+        # again (~1 s of a 222k-question report)
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
             self.results = collect(store, self.run_id, iterations=self.settings.bootstrap,
                                    each=reports.each if reports is not None else None)
@@ -453,6 +458,8 @@ class SatbenchSession:
             if reports is not None:
                 self.report_dirs = self._write_reports(reports)
         finally:
+            if gc_was_enabled:
+                gc.enable()
             if reports is not None:
                 reports.discard()
 
