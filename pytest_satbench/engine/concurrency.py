@@ -222,6 +222,7 @@ class _Window:
     saturated_s: float = 0.0  # time with as many in flight as the limit allows
     latency_sum: float = 0.0  # of requests sent after `started`
     fresh: int = 0  # how many of those have completed
+    settled: bool = False  # it waited out a latency after the change that opened it
 
     def __post_init__(self) -> None:
         self.changed = self.started
@@ -263,8 +264,9 @@ class AdaptiveLimit:
     """Finds a server's knee: see the module docstring.
 
     `cap`: never more than this; `initial`: where it starts; `floor`: never fewer.
-    Without metrics a limit is judged once `min_completions` requests sent under it have
-    completed (or 3, after four latencies) and at least `min_window_s` has passed.
+    Without metrics a limit is judged once `min_completions` requests sent under it (and at
+    least half the limit) have completed, or 3 after four latencies, and at least
+    `min_window_s` has passed.
     With metrics, `scrape_hold_s` is how long a change is given before the next one (vLLM
     admits waiting requests at its next step, tens of milliseconds; the scrape is what lags).
     `target_waiting`: the queue kept at the server, as a fraction of what runs (at least 2).
@@ -290,6 +292,7 @@ class AdaptiveLimit:
         self._latencies: deque[float] = deque(maxlen=64)  # recent, for the window's length
         self._slow_start = True  # doubling until the first raise that does not pay
         self._probe_up = False  # the direction of the next steady-state probe
+        self._judged_twice = False  # the raise on trial in slow start failed once already
         # a raise on trial: (the limit before it, the rate measured there)
         self._trial: tuple[float, float] | None = None
         self._last_rate: float | None = None  # at the current limit, once measured
@@ -393,7 +396,10 @@ class AdaptiveLimit:
         w = self._window
         span = w.span(now)
         patience = 4 * max(self._latency(), self._min_window_s)
-        if span < self._min_window_s or w.fresh < (self._min_completions if span < patience else 3):
+        # Half the requests in flight, at least: completions of a batch come in waves, and a
+        # few of one wave tell the phase of the wave, not the rate.
+        enough = max(self._min_completions, int(0.5 * self.limit))
+        if span < self._min_window_s or w.fresh < (enough if span < patience else 3):
             return
         saturated = w.saturation(now) >= 0.6
         rate = w.rate(now)
@@ -409,6 +415,7 @@ class AdaptiveLimit:
             gain = _elasticity(before_rate, rate, before, self._limit)
             raised = self._limit > before
             if (gain >= ELASTIC) == raised:  # a raise that pays, or a cut that costs nothing
+                self._judged_twice = False
                 self._last_rate = rate
                 self._probe_interval_s = 5.0
                 self._new_window(now)
@@ -417,6 +424,14 @@ class AdaptiveLimit:
                 else:  # it paid: go on the same way at the next verdict
                     self._probe_up = raised
                     self._next_probe_at = now
+                return
+            if self._slow_start and not self._judged_twice:
+                # One verdict on a loaded client can be noise, and ending slow start too low
+                # costs throughput for the rest of the run while a raise past the knee costs
+                # only queueing: judge the same raise once more, settled, before going back.
+                self._judged_twice = True
+                self._trial = (before, before_rate)
+                self._new_window(now, settle=True)
                 return
             # the raise only added waiting, or the cut lost completions: go back, and probe
             # less often from now on
@@ -428,8 +443,14 @@ class AdaptiveLimit:
             self._probe_up = not raised
             return
         self._last_rate = rate
+        settled = w.settled
         self._new_window(now)
         if saturated and (self._slow_start or now >= self._next_probe_at):
+            if not self._slow_start and not settled:
+                # a steady-state verdict needs a sound baseline: slow start's rates are not
+                # settled (and run high past the knee), so measure this limit settled first
+                self._new_window(now, settle=True)
+                return
             self._probe(now, rate, up=self._slow_start or self._probe_up)
 
     def _probe(self, now: float, rate: float, *, up: bool) -> None:
@@ -438,6 +459,10 @@ class AdaptiveLimit:
         before = self._limit
         if up:
             if self.limit >= self.cap:
+                if self._slow_start:  # doubled up to the cap: measure it settled, then cut
+                    self._slow_start = False
+                    self._new_window(now, settle=True)
+                    return
                 up = False
             else:
                 target = 2 * before if self._slow_start else before * 1.25 + 1
@@ -462,7 +487,7 @@ class AdaptiveLimit:
         self._new_window(now, settle=not self._slow_start)
 
     def _new_window(self, now: float, settle: bool = False) -> None:
-        self._window = _Window(self._limit, now + (self._latency() if settle else 0.0))
+        self._window = _Window(self._limit, now + (self._latency() if settle else 0.0), settled=settle)
         self.in_flight_changed(now, self._in_flight)
 
 
