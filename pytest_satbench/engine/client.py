@@ -79,6 +79,8 @@ MAX_TEXT_CHARS = 64 * 1024
 CONTROL_PERIOD_S = 0.25
 # A /metrics page slower than this is skipped for this tick (the limiter holds).
 METRICS_TIMEOUT_S = 2.0
+# Latencies ServerUsage summarises: the latest this many answers of a server.
+LATENCY_SAMPLES = 10_000
 # Health checks are a GET of a tiny list; a server that cannot answer it in this time is not
 # ready, whatever --request-timeout says.
 HEALTH_TIMEOUT_S = 60.0
@@ -142,7 +144,7 @@ class ServerUsage:
     cost: float | None  # sum of usage.cost; None when this server never reported a cost
     cost_reported: int  # answers that carried usage.cost
     models: Counter[str] = field(default_factory=Counter)  # model ids in answer bodies
-    latencies_s: tuple[float, ...] = field(default=(), repr=False)  # of answered attempts
+    latencies_s: tuple[float, ...] = field(default=(), repr=False)  # of its latest answers (LATENCY_SAMPLES)
     limit: int | None = None  # its in-flight limit now
     limit_history: tuple[LimitPoint, ...] = field(default=(), repr=False)  # each change
     max_in_flight: int = 0  # the most it had in flight at once
@@ -343,7 +345,9 @@ class _Server:
     cost: float | None = None
     cost_reported: int = 0
     model_counts: Counter[str] = field(default_factory=Counter)
-    latencies: list[float] = field(default_factory=list)
+    # the latest answers' latencies, for usage(); bounded so a 222k-question run keeps no list
+    # per request (the reports take latency from the stored rows)
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_SAMPLES))
 
 
 class _Attempt(Exception):
