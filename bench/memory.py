@@ -37,17 +37,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _server import ZeroLatencyServer  # noqa: E402
 from _measure import write_result  # bench/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,53 +171,6 @@ def rootdir(tmp: Path, name: str, trace: str | None = None) -> Path:
 
 
 # ---------------------------------------------------------------------- the server
-def serve() -> int:
-    """FakeVLM answering "yes" at once, in its own process (its CPU is not the client's)."""
-    from collections import deque
-    from http.server import ThreadingHTTPServer
-
-    sys.path.insert(0, str(REPO / "tests"))
-    from servers import FakeVLM
-
-    ThreadingHTTPServer.request_queue_size = 2048
-    srv = FakeVLM(["bench-vlm"], answer=lambda prompt, has_image, image: "yes")
-    # FakeVLM keeps every request and arrival time for tests; 445k of them would grow the server
-    srv.recorded = deque(maxlen=1)  # type: ignore[assignment]
-    srv.chat_times = deque(maxlen=1)  # type: ignore[assignment]
-    srv.start()
-
-    def stop(*_: object) -> None:
-        print(json.dumps({"requests": srv.chat_requests, "connections": srv.connections}), flush=True)
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    print(srv.url, flush=True)
-    while True:
-        time.sleep(3600)
-
-
-class Server:
-    def __enter__(self) -> Server:  # noqa: PYI034
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http://"):
-            raise SystemExit(f"bench server did not start (printed {self.url!r})")
-        return self
-
-    def stop(self) -> tuple[float, int]:
-        """-> (server CPU seconds, chat requests served)."""
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.stdout is not None
-        counts = json.loads(self.proc.stdout.readline() or "{}")
-        _, status, ru = os.wait4(self.proc.pid, 0)
-        self.proc.returncode = os.waitstatus_to_exitcode(status)
-        return ru.ru_utime + ru.ru_stime, int(counts.get("requests", -1))
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.returncode is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 # ---------------------------------------------------------------------- sampling
@@ -388,10 +341,7 @@ def main() -> int:
                     help="measure the plugin of this checkout (PYTHONPATH=DIR; e.g. `git archive HEAD | tar -x -C DIR`): "
                          "other people's half-done edits in the working tree stay out of the figures")
     ap.add_argument("--label", default="", help="added to the output file names (e.g. before, after)")
-    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.serve:
-        return serve()
     n = a.questions
     n_images = a.images or max(1, n // 20)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -418,11 +368,12 @@ def main() -> int:
             env["SATBENCH_BENCH_TRACE"] = f"{a.tracemalloc},{OUT / (stem + '.txt')}"
             env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(root)) if p)
             extra += ["-p", "satbench_bench_trace"]
-        with Server() as srv:
+        with ZeroLatencyServer() as srv:
             cmd = pytest_cmd(data, srv.url, a.concurrency, extra)
             hook = py_spy_hook(a.py_spy, n, OUT / f"{stem}-profile.txt") if a.py_spy else None
             first = run_sampled(cmd, root, OUT / f"{stem}-first.log", env, store, a.interval, hook)
-            server_cpu, requests = srv.stop()
+            stats = srv.stop()
+            server_cpu, requests = stats.cpu_s, stats.requests
         if hook is not None:
             for p in hook.procs:
                 p.wait()
@@ -457,10 +408,10 @@ def main() -> int:
                 order = ("rerun", "noop") if k % 2 == 0 else ("noop", "rerun")
                 for side in order:
                     if side == "rerun":
-                        with Server() as srv:
+                        with ZeroLatencyServer() as srv:
                             m = run_sampled(pytest_cmd(data, srv.url, a.concurrency, extra), root,
                                             OUT / f"{stem}-rerun-{k}.log", env, store, a.interval)
-                            _, asked = srv.stop()
+                            asked = srv.stop().requests
                         if m.rc != 0 or asked != 0:
                             raise SystemExit(f"the rerun failed (exit {m.rc}, {asked} requests); see "
                                              f"{OUT / f'{stem}-rerun-{k}.log'}")

@@ -32,16 +32,14 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from _server import ZeroLatencyServer  # noqa: E402
 from _measure import measured, write_result  # bench/ is on sys.path when run as a script
 from PIL import Image
 
@@ -172,66 +170,18 @@ def plugin_rootdir(tmp: Path, name: str) -> Path:
 
 
 # ---------------------------------------------------------------------- processes
-def serve() -> int:
-    """The loopback server, in its own process: FakeVLM answering "yes" with no delay."""
-    from collections import deque
-    from http.server import ThreadingHTTPServer
-
-    sys.path.insert(0, str(REPO / "tests"))
-    from servers import FakeVLM
-
-    # socketserver listens with a backlog of 5; the seed opens a connection per request from
-    # 64 threads, and a full backlog resets them. vLLM (uvicorn) listens with 2048.
-    ThreadingHTTPServer.request_queue_size = 2048
-
-    srv = FakeVLM(["bench-vlm"], answer=lambda prompt, has_image, image: "yes")
-    # FakeVLM keeps every request for tests to inspect; 20,000 image requests would be ~1 GB.
-    srv.recorded = deque(maxlen=1)  # type: ignore[assignment]
-    srv.start()
-
-    def stop(*_: object) -> None:
-        print(json.dumps({"requests": srv.chat_requests, "connections": srv.connections}), flush=True)
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    print(srv.url, flush=True)
-    while True:
-        time.sleep(3600)
-
-
-class Server:
-    def __enter__(self) -> Server:  # noqa: PYI034 (never subclassed)
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        if not self.url.startswith("http://"):
-            raise SystemExit(f"bench server did not start (printed {self.url!r})")
-        return self
-
-    def stop(self) -> tuple[float, int, int]:
-        """-> (server CPU seconds, chat requests served, TCP connections accepted)."""
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.stdout is not None
-        counts = json.loads(self.proc.stdout.readline() or "{}")
-        _, status, ru = os.wait4(self.proc.pid, 0)
-        self.proc.returncode = os.waitstatus_to_exitcode(status)
-        return ru.ru_utime + ru.ru_stime, int(counts.get("requests", -1)), int(counts.get("connections", -1))
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.returncode is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 
 
 def run_seed(tmp: Path, seed_py: Path, toklip_root: Path, rep: int, n: int, concurrency: int) -> Run:
-    with Server() as srv:
+    with ZeroLatencyServer() as srv:
         log = OUT / f"throughput-seed-{rep}.log"
         cmd = [sys.executable, str(seed_py), "--bench", "rsvqa_lr", "--servers", srv.url,
                "--tag", f"bench{rep}", "--concurrency", str(concurrency), "--recon-gpu", "0"]
         wall, cpu, rss, rc = measured(cmd, tmp, log, _count_env(log))
-        server_cpu, reqs, conns = srv.stop()
+        stats = srv.stop()
+        server_cpu, reqs, conns = stats.cpu_s, stats.requests, stats.connections
     rows = toklip_root / "logs_geocot_pipeline" / "bench_e2e" / f"rsvqa_lr.bench{rep}.jsonl"
     lines = [json.loads(x) for x in rows.read_text().splitlines()] if rows.exists() else []
     errors = [r for r in lines if "error" in r]
@@ -243,7 +193,7 @@ def run_seed(tmp: Path, seed_py: Path, toklip_root: Path, rep: int, n: int, conc
 
 def run_plugin(tmp: Path, data_root: Path, rep: int, n: int, concurrency: int, side: str) -> Run:
     root = plugin_rootdir(tmp, f"{side}-{rep}")  # fresh rootdir: empty store, every answer is asked
-    with Server() as srv:
+    with ZeroLatencyServer() as srv:
         log = OUT / f"throughput-{side.replace(' --', '-')}-{rep}.log"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--rootdir", str(root),
                "test_rsvqa.py", "--data-root", str(data_root), "--servers", srv.url, "--recon", "cheap",
@@ -252,7 +202,8 @@ def run_plugin(tmp: Path, data_root: Path, rep: int, n: int, concurrency: int, s
         if side == BASELINE:
             env["PYTHONPATH"] = str(_baseline_tree)
         wall, cpu, rss, rc = measured(cmd, root, log, env)
-        server_cpu, reqs, conns = srv.stop()
+        stats = srv.stop()
+        server_cpu, reqs, conns = stats.cpu_s, stats.requests, stats.connections
     text = log.read_text()
     if rc != 0 or f"{n} passed" not in text:
         tail = "\n".join(text.splitlines()[-5:])
@@ -329,10 +280,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--baseline-tree", type=Path, default=None,
                     help="also run the plugin of this checkout (another commit) side by side")
-    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.serve:
-        return serve()
     if a.baseline_tree is not None:
         global _baseline_tree
         if not (a.baseline_tree / "pytest_satbench").is_dir():
