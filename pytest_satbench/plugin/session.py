@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from pytest_satbench.server import RunningServer
 
 
+# what sets the data root, as a left-out benchmark's line says it
+SETS_DATA_ROOT = "--data-root DIR (ini satbench_data_root) or $SATBENCH_DATA_ROOT"
+
 STORE_FAILED_EXIT = 7  # the results store failed: the run stopped asking (gates: 6)
 SERVERS_GONE_EXIT = 8  # no server answered for --give-up-after while requests failed
 MODEL_SWAPPED_EXIT = 9  # a server answered as another model: the servers changed under the run
@@ -57,8 +60,12 @@ class SatbenchSession:
         workerinput: dict[str, Any] = getattr(config, "workerinput", {})
         self.is_worker = bool(workerinput)
         self.run_id: str = workerinput.get("satbench_run_id") or uuid.uuid4().hex[:16]
-        self.left_out: list[str] = []
+        self.left_out: list[str] = []  # benchmarks the run could select whose data is missing, one line each
         self.not_loaded: list[str] = []
+        # the loaders' notes, and `left_out`: said once collection is over (pytest captures and
+        # drops what is said during it), and by an xdist controller in its summary
+        self._notes: list[str] = []
+        self._from_workers = False
         self.dataset_hashes: dict[str, dict[str, str]] = {}
         self.score_views: dict[str, frozenset[str]] = {}
         self.repeat_keys: set[tuple[str, str]] = set()
@@ -96,13 +103,17 @@ class SatbenchSession:
             root = bench.prepare(self._cache_dir("satbench-data"))
         else:
             if self.settings.data_root is None:
-                self._leave_out(f"{bench_name} left out: no data root; pass --data-root or set SATBENCH_DATA_ROOT")
+                self._leave_out(
+                    f"{bench_name} left out: no data root is set, so {', '.join(bench.requires)} could not be looked "
+                    f"for; point {SETS_DATA_ROOT} at the folder holding {_folders(bench.requires)}")
                 return []
             root = self.settings.data_root
         missing = bench.missing(root)
         if missing:
-            src = f" (data root from {self.settings.data_root_source})" if self.settings.data_root_source else ""
-            self._leave_out(f"{bench_name} left out, not found: {', '.join(map(str, missing))}{src}")
+            self._leave_out(f"{bench_name} left out, not found: {', '.join(str(p.absolute()) for p in missing)} "
+                            f"(data root {root.absolute()}, "
+                            f"from {self._root_source()}; point {SETS_DATA_ROOT} at the folder holding "
+                            f"{_folders(bench.requires)})")
             return []
         return self._load(collector, name, bench, root)
 
@@ -126,7 +137,7 @@ class SatbenchSession:
             except DatasetError as exc:
                 return [DatasetErrorItem.from_parent(collector, name=name, message=str(exc))]
             for line in notes(questions):
-                self._say(f"satbench: {bench.name}: {line}")
+                self._notes.append(f"satbench: {bench.name}: {line}")  # said after collection
             if self.settings.servers or self.settings.builtin_server:
                 from pytest_satbench.engine.provenance import dataset_hashes
 
@@ -154,9 +165,14 @@ class SatbenchSession:
         others = [f"test_{b}" for b in registry.all_benchmarks() if f"test_{b}" != name]
         return keyword_could_match(keyword, own, others)
 
+    def _root_source(self) -> str:
+        source = self.settings.data_root_source
+        return f"ini {source}" if source and source[0] not in "-$" else source or "?"
+
     def _leave_out(self, line: str) -> None:
+        """A benchmark the run could select but cannot load (its data is missing). Said after
+        collection, not now: pytest captures the output of collection and throws it away."""
         self.left_out.append(line)
-        self._say(f"satbench: {line}")
 
     def _say(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -188,6 +204,23 @@ class SatbenchSession:
         pm = self.config.pluginmanager
         if not pm.has_plugin(QuestionReports.NAME) and any(isinstance(i, QuestionItem) for i in session.items):
             pm.register(QuestionReports(self.config, lambda item: isinstance(item, QuestionItem)), QuestionReports.NAME)
+        workeroutput = getattr(self.config, "workeroutput", None)
+        if workeroutput is not None:  # an xdist worker: its controller says them in its summary
+            workeroutput["satbench_collection"] = {"notes": self._notes, "left_out": self.left_out}
+
+    def pytest_report_collectionfinish(self, config: pytest.Config, start_path: Path, items: list[pytest.Item]) -> list[str]:
+        """Under pytest's "collected N items": the lines collection had to say (captured if said then)."""
+        if self.is_worker:
+            return []
+        return [*self._notes, *(f"satbench: {line}" for line in self.left_out)]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        # an xdist controller collects nothing: its workers' collection lines come with their output
+        got = (getattr(node, "workeroutput", None) or {}).get("satbench_collection")
+        if got and not self._from_workers:
+            self._from_workers = True
+            self._notes, self.left_out = list(got.get("notes") or ()), list(got.get("left_out") or ())
 
     # ------------------------------------------------------------------ running
     @pytest.hookimpl(wrapper=True)
@@ -490,6 +523,7 @@ class SatbenchSession:
             terminalreporter.write_line(f"satbench: report written to {folder}")
         if self.report_error:
             terminalreporter.write_line(f"satbench: writing reports failed: {self.report_error}", red=True)
+        self._summary_left_out(terminalreporter, exitstatus)
         self._say_server_states()
         if self.stopped:
             status, line = self.stopped
@@ -504,6 +538,29 @@ class SatbenchSession:
             n = store.export_jsonl(out)
             store.close()
             terminalreporter.write_line(f"satbench: exported {n} stored rows to {out}")
+
+    def _summary_left_out(self, tr: Any, exitstatus: int) -> None:
+        """The benchmarks left out for missing data, again at the end (a long run's first lines are
+        far above; an xdist controller says its workers' here only), and, when nothing ran
+        because of them, that and what to do."""
+        if self._from_workers:
+            for line in self._notes:
+                tr.write_line(line, yellow=True)
+        if not self.left_out:
+            return
+        nothing = exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED
+        if self._from_workers or not nothing:
+            for line in self.left_out:
+                tr.write_line(f"satbench: {line}", yellow=True)
+        if nothing:
+            names = [line.split(" ", 1)[0] for line in self.left_out]
+            one = len(names) == 1
+            root = self.settings.data_root
+            why = (f"{'its' if one else 'their'} files are not under the data root {root.absolute()} (from "
+                   f"{self._root_source()})" if root is not None else "no data root is set")
+            tr.write_line(
+                f"satbench: no items ran: {', '.join(names)} {'was' if one else 'were'} left out, as {why}; point "
+                f"{SETS_DATA_ROOT} at the folder that holds the benchmarks", red=True)
 
     @pytest.hookimpl(trylast=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
@@ -545,6 +602,12 @@ class _OneLine:
 
     def toterminal(self, tw: Any) -> None:
         tw.line(self.message)
+
+
+def _folders(requires: tuple[str, ...]) -> str:
+    """The top folders of a benchmark's files under the data root: `RSVQA-LR/`."""
+    tops = dict.fromkeys(rel.split("/", 1)[0] + ("/" if "/" in rel else "") for rel in requires)
+    return " and ".join(tops) or "its files"
 
 
 def _xdist_interactor(config: pytest.Config) -> Any:
