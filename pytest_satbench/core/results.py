@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +56,7 @@ from pytest_satbench.core.stats import (
 )
 
 __all__ = [
-    "BenchmarkResult", "NoiseFloor", "QuestionOutcome", "QuestionResult", "ServerUsage", "Usage",
+    "BenchmarkResult", "Coverage", "NoiseFloor", "QuestionOutcome", "QuestionResult", "ServerUsage", "Usage",
     "aggregate_views", "benchmark_results", "question_from", "question_record", "score_options",
 ]
 
@@ -146,6 +146,9 @@ class Usage:
     asked: int  # answers asked by this run
     reused: int  # answers this run took from the store (asked by an earlier run)
     limits: tuple[LimitTrace, ...] = ()  # each server's limits over the run, per process
+    # answers this run did not record, of questions or arms it did not select (a report of several
+    # runs of a tag, `Coverage`): its tag's earlier runs recorded them
+    earlier: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +166,18 @@ class NoiseFloor:
     def to_dict(self) -> dict[str, Any]:
         return {"asks": self.asks, "questions": self.questions, "flipped": self.flipped,
                 "flip_rate": self.rate if self.questions else None}
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """Which runs a result covers. A tag's report is built from every stored answer of the tag's
+    questions (`report.build.collect` merges the tag's runs): the run that builds it, and its
+    earlier runs since the tag's protocol last changed."""
+
+    runs: tuple[str, ...]  # run ids, the reporting run first
+    planned: int  # the most questions of the benchmark any of them selected (protocol `planned`)
+    limit: int | None  # their --limit; None when one of them ran without
+    run_selected: int = 0  # questions the reporting run selected (its `planned`; 0: not recorded)
 
 
 @dataclass(slots=True)
@@ -189,6 +204,23 @@ class BenchmarkResult:
     # answers whose text was clipped at --max-answer-chars, per arm, in the order first seen
     # (arms with none left out)
     clipped_by_arm: dict[str, int] = field(default_factory=dict)
+    # the runs whose answers are here (the reporting run first); how many of the questions here
+    # the reporting run recorded and how many it selected; the --limit of those runs
+    runs: tuple[str, ...] = ()
+    run_questions: int = 0
+    run_selected: int = 0
+    limit: int | None = None
+
+    @property
+    def questions(self) -> int:
+        """The questions this result is about: those here, and those selected that never ran."""
+        return len(self.items) + self.not_run
+
+    @property
+    def subset(self) -> bool:
+        """The reporting run selected fewer questions than its tag holds (-k, --lf, --limit,
+        --deselect): the figures cover the tag's other questions too, from its earlier runs."""
+        return len(self.runs) > 1 and (self.run_selected or self.run_questions) < self.questions
 
     def declared_figures(self) -> tuple[Aggregate, ...]:
         """The benchmark's figures with their labels, headline first (`Labels.figures`),
@@ -252,17 +284,24 @@ def benchmark_results(
     seed: int = 0,
     unfinished: bool = False,
     each: Callable[[QuestionResult], None] | None = None,
+    coverage: Coverage | None = None,
 ) -> BenchmarkResult:
     """Score, count and summarise one benchmark of a run from its stored rows:
     `stored` is (node id, question record, {arm: row}) per question, as the store gives it,
-    read once. `each` is called with every question's full result as it is scored (the
-    report files that list every answer write it there; it is not kept)."""
+    read once; with a fourth element, the arms of those rows that `run_id` recorded (a tag's
+    report also covers questions and arms only its earlier runs recorded: `coverage` names those
+    runs; without it the result is `run_id`'s alone). `each` is called with every question's full result as
+    it is scored (the report files that list every answer write it there; it is not kept)."""
     shared = _Shared()
     scorer = _ScoreMemo()
     tally = _Tally(run_id)
     items: list[QuestionOutcome] = []
     records: list[QuestionRecord] = []
-    for nodeid, qdict, rows in stored:
+    own = 0
+    for entry in stored:
+        nodeid, qdict, rows = entry[0], entry[1], entry[2]
+        mine: Container[str] | None = entry[3] if len(entry) > 3 else None  # type: ignore[misc]
+        own += mine is None or bool(mine)
         q = question_from(benchmark, qdict)
         o = options
         if options.box_grid == "pixels" and q.kind == "ref":
@@ -271,7 +310,7 @@ def benchmark_results(
         item, record = _score_question(nodeid, q, rows, o, reported_type, scorer, shared)
         items.append(shared.outcome(item))
         records.append(record)
-        tally.add(item)
+        tally.add(item, mine)
         if each is not None:
             each(item)
     del shared, scorer
@@ -284,13 +323,17 @@ def benchmark_results(
                                       iterations=iterations, seed=seed, prepared=prepared)
         for agg in labels.figures(len(stats.by_type)) if _computable(agg, set(stats.by_type), set(names))
     }
+    selected = int((protocol.get("planned") or {}).get(benchmark, 0))
+    if coverage is None:
+        coverage = Coverage((run_id,), selected, protocol.get("limit") or None, selected)
     return BenchmarkResult(
         benchmark=benchmark, run_id=run_id, tag=tag, protocol=protocol, items=items, stats=stats,
         views=views, usage=tally.usage(list(stats.arms), traffic or {}, limits),
         score_options=options, labels=labels, noise_floor=tally.noise_floor(),
         figures=figures, notes=tally.notes(),
-        not_run=max(0, int((protocol.get("planned") or {}).get(benchmark, 0)) - len(items)), unfinished=unfinished,
+        not_run=max(0, coverage.planned - len(items)), unfinished=unfinished,
         clipped_by_arm=dict(tally.clipped),
+        runs=coverage.runs, run_questions=own, run_selected=coverage.run_selected, limit=coverage.limit,
     )
 
 
@@ -401,12 +444,14 @@ class _Tally:
         self.errors_by_arm: Counter[str] = Counter()
         self.tokens: dict[str, list[int]] = {}  # arm -> [sum, count]
         self.asked = 0
+        self.earlier = 0  # answers the run did not record (its tag's earlier runs recorded them)
         self.clipped: dict[str, int] = {}
         self.floor_questions = self.floor_asks = self.floor_flipped = 0
         self._notes: list[Any] = []
         self._note_sets: dict[tuple[str, ...], Any] = {}
 
-    def add(self, it: QuestionResult) -> None:
+    def add(self, it: QuestionResult, own: Container[str] | None = None) -> None:
+        """`own`: the arms the run recorded for this question (None: all of them)."""
         for arm, r in it.rows.items():
             if r.image_tokens is not None:
                 t = self.tokens.setdefault(arm, [0, 0])
@@ -425,6 +470,8 @@ class _Tally:
                 self.total_cost += r.cost  # in row order, as a sum over all rows would add them
             if r.run_id == self.run_id:
                 self.asked += 1
+            elif own is not None and arm not in own:
+                self.earlier += 1
             if r.clipped:
                 self.clipped[arm] = self.clipped.get(arm, 0) + 1
         self._floor(it)
@@ -490,8 +537,9 @@ class _Tally:
             errors_by_arm=dict(sorted(self.errors_by_arm.items())),
             image_tokens=tokens,
             asked=self.asked,
-            reused=total.answers - self.asked,
+            reused=total.answers - self.asked - self.earlier,
             limits=tuple(limits),
+            earlier=self.earlier,
         )
 
 

@@ -30,6 +30,9 @@ def render(result: BenchmarkResult, width: int = 80) -> list[str]:
     if result.not_run or result.unfinished:
         lines.append("")
         lines += F.prose(not_run_line(result), width)
+    if result.subset:
+        lines.append("")
+        lines += F.prose(subset_line(result), width)
     floor = result.noise_floor
     if floor is not None:
         lines += F.prose(
@@ -47,8 +50,26 @@ def _cell(x: float | None) -> str:
 def not_run_line(result: BenchmarkResult) -> str:
     """What an incomplete run says of itself (terminal and reports)."""
     head = "run unfinished (interrupted or stopped)" if result.unfinished else "run incomplete"
-    return (f"{head}: {result.not_run} of the {result.not_run + len(result.items)} questions selected never ran "
-            "and are in no figure here; rerun the same command to ask them")
+    if len(result.runs) <= 1:
+        return (f"{head}: {result.not_run} of the {result.questions} questions selected never ran "
+                "and are in no figure here; rerun the same command to ask them")
+    # a tag's report: the tag's earlier runs may have answered what this one never reached
+    reached = (f"this run reached {result.run_questions} of the {result.run_selected} questions it selected; "
+               if result.unfinished and result.run_selected else "")
+    if not result.not_run:
+        return (f"{head}: {reached}the tag's earlier runs answered the others, so every one of its "
+                f"{result.questions} questions is in the figures")
+    return (f"{head}: {reached}{result.not_run} of the {result.questions} questions of tag {result.tag} never ran "
+            "and are in no figure here; rerun the same command (or pytest --lf) to ask them")
+
+
+def subset_line(result: BenchmarkResult) -> str:
+    """What a run that selected part of its tag's questions says (terminal and reports)."""
+    stored = (f"all {len(result.items)}" if not result.not_run
+              else f"the {len(result.items)} with stored answers")
+    return (f"subset run: this run selected {result.run_selected or result.run_questions} of the "
+            f"{result.questions} questions of tag {result.tag}; the figures and the report cover {stored} "
+            f"(answers of {len(result.runs)} runs of the tag, the newest for each question)")
 
 
 def render_stats(st: BenchmarkStats, width: int = 80) -> list[str]:

@@ -495,6 +495,73 @@ class ResultStore:
         if current is not None:
             yield _item(head, found)
 
+    def tag_items(self, run_ids: Sequence[str], benchmark: str) -> Iterator[tuple[str, dict[str, object], dict[str, AnswerRow], frozenset[str]]]:
+        """Every question of one benchmark that any of `run_ids` recorded (a tag's runs, newest
+        first), once: (nodeid, question dict, {arm: row}, the arms of those rows `run_ids[0]`
+        recorded: empty when only earlier runs recorded the question).
+
+        Per question, the question record is the newest run's that recorded it; per arm, the
+        fingerprint is the newest run's that asked that arm, and the row is that fingerprint's
+        (the one row the store keeps per node, arm and fingerprint: the latest answer). Arms come
+        in the newest record's order, then the arms only older runs asked. Questions come in the
+        order the tag first recorded them. An arm with no row at all is absent, as in `run_items`.
+
+        A generator over one SQLite cursor, like `run_items` (which this is for one run): the
+        merge is SQLite's, nothing per question is held here."""
+        self.flush()
+        if not run_ids:
+            return
+        ranks = " UNION ALL ".join("SELECT ? AS run_id, ? AS rank" for _ in run_ids)
+        args: list[object] = [v for rank, run_id in enumerate(run_ids) for v in (run_id, rank)]
+        sql = (
+            f"WITH sel AS ({ranks}), "
+            "recs AS (SELECT r.rowid AS rid, r.nodeid AS nodeid, r.question AS question, r.fingerprints AS fps, "
+            "sel.rank AS rank FROM sel JOIN run_items r ON r.run_id = sel.run_id AND r.benchmark = ?), "
+            # one aggregate per query: SQLite then takes the bare columns from the row with the minimum
+            "heads AS (SELECT nodeid, question, fps, MIN(rank) AS best FROM recs GROUP BY nodeid), "
+            "firsts AS (SELECT nodeid, MIN(rid) AS first FROM recs GROUP BY nodeid), "
+            "arms AS (SELECT recs.nodeid AS nodeid, j.key AS arm, j.value AS fp, MIN(recs.rank) AS rank "
+            "FROM recs, json_each(recs.fps) j GROUP BY recs.nodeid, j.key) "
+            f"SELECT f.first, h.nodeid, h.question, h.fps, h.best, arms.rank, {', '.join('a.' + c for c in _COLUMNS)} "
+            "FROM firsts f JOIN heads h ON h.nodeid = f.nodeid LEFT JOIN arms ON arms.nodeid = f.nodeid "
+            "LEFT JOIN answers a ON a.nodeid = arms.nodeid AND a.arm = arms.arm AND a.fingerprint = arms.fp "
+            "ORDER BY f.first, arms.rank"
+        )
+        args.append(benchmark)
+        current: int | None = None
+        head: tuple[str, str, str] = ("", "", "")
+        found: dict[str, AnswerRow] = {}
+        own: list[str] = []
+        for got in self._conn().execute(sql, args):
+            if got[0] != current:
+                if current is not None:
+                    yield _merged_item(head, found, own)
+                current, head, found, own = got[0], got[1:4], {}, []
+            if got[6] is not None:  # a.nodeid: this arm has a row
+                row = _row(got[6:])
+                found[row.arm] = row
+                if got[5] == 0:  # the arm's fingerprint is the reporting run's
+                    own.append(row.arm)
+        if current is not None:
+            yield _merged_item(head, found, own)
+
+    def run_counts(self) -> dict[str, dict[str, tuple[int, int, int]]]:
+        """Per run and benchmark: (questions recorded, answered in every arm, with an error in some
+        arm). A recorded question that is neither has an arm without any row."""
+        self.flush()
+        sql = (
+            "SELECT run_id, benchmark, COUNT(*), SUM(arms > 0 AND ok = arms), SUM(err > 0) FROM ("
+            "SELECT r.run_id AS run_id, r.benchmark AS benchmark, COUNT(j.key) AS arms, "
+            "SUM(a.status = 'ok') AS ok, SUM(a.status IS NOT NULL AND a.status != 'ok') AS err "
+            "FROM run_items r LEFT JOIN json_each(r.fingerprints) j "
+            "LEFT JOIN answers a ON a.nodeid = r.nodeid AND a.arm = j.key AND a.fingerprint = j.value "
+            "GROUP BY r.rowid) GROUP BY run_id, benchmark ORDER BY run_id, benchmark"
+        )
+        out: dict[str, dict[str, tuple[int, int, int]]] = {}
+        for run_id, bench, n, ok, err in self._conn().execute(sql):
+            out.setdefault(run_id, {})[bench] = (int(n), int(ok or 0), int(err or 0))
+        return out
+
     # ------------------------------------------------------------------ image info
     def image_info(self, path: str, size_bytes: int, mtime_ns: int) -> ImageInfo | None:
         got = self._conn().execute(
@@ -569,6 +636,20 @@ def _item(head: Sequence[str], found: dict[str, AnswerRow]) -> tuple[str, str, d
     nodeid, bench, question, fps = head
     rows = {arm: found[arm] for arm in _arm_order(fps) if arm in found}  # the run's arm order
     return nodeid, bench, json.loads(question), rows
+
+
+def _merged_item(head: Sequence[object], found: dict[str, AnswerRow],
+                 own: list[str]) -> tuple[str, dict[str, object], dict[str, AnswerRow], frozenset[str]]:
+    nodeid, question, fps = head
+    order = _arm_order(str(fps))  # the newest record's arms first, then older runs' (found in rank order)
+    rows = {arm: found[arm] for arm in order if arm in found}
+    rows.update((arm, row) for arm, row in found.items() if arm not in rows)
+    return str(nodeid), json.loads(str(question)), rows, _arm_set(tuple(own))
+
+
+@functools.lru_cache(maxsize=256)  # a few distinct sets in a run: one object each
+def _arm_set(arms: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(arms)
 
 
 @functools.lru_cache(maxsize=64)  # questions about one image share their fingerprints: one parse

@@ -72,6 +72,7 @@ class SatbenchSession:
         self.results: list[BenchmarkResult] = []
         self.gate_results: list[GateResult] = []
         self.report_dirs: list[Path] = []
+        self.sent: int | None = None  # requests this run's clients sent (None: not recorded)
         self.report_error: str | None = None
         self._runtime: Runtime | None = None
         self._builtin: RunningServer | None = None
@@ -83,6 +84,12 @@ class SatbenchSession:
         self._stopped = threading.Event()
         self._planned: dict[str, int] = {}
         self.interrupted = False
+        # items whose run is over (pytest_runtest_logfinish), for what a stopped run never reached:
+        # a count where items run in collection order, their node ids on an xdist controller
+        self._finished = 0
+        self._last_finished: str | None = None
+        self._finished_ids: set[str] | None = None
+        self.not_reached: list[str] = []  # node ids of the items a stopped run never reached
 
     # ------------------------------------------------------------------ collection
     @pytest.hookimpl(tryfirst=True)
@@ -388,6 +395,50 @@ class SatbenchSession:
         if outcome == REGRESSED and self.settings.fail_on == "regression":
             raise QuestionFailed(regression_message(result))
 
+    # ------------------------------------------------------------------ --lf resumes
+    # pytest's --lf reruns the items its cache lists as failed. Items a stopped run (Ctrl-C, -x,
+    # --maxfail, a stop of this plugin's) never reached are in no such list: at the end of a
+    # benchmark run they are added to it (`_mark_not_reached`), so --lf reruns the failed and
+    # the never-run items, which is a resume (answered questions come from the store).
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if (self.settings.servers or self.settings.builtin_server) and self._is_controller():
+            self._finished_ids = set()
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        if nodeid == self._last_finished:
+            return  # the same item again (a rerun plugin runs an item's protocol more than once)
+        self._last_finished = nodeid
+        self._finished += 1
+        if self._finished_ids is not None:
+            self._finished_ids.add(nodeid)
+
+    def _never_reached(self, session: pytest.Session) -> list[str]:
+        """The selected items this run never finished, in collection order ([] unless it ran
+        benchmark items and stopped early)."""
+        if self.is_worker or session.config.option.collectonly:
+            return []
+        if self._finished_ids is not None:  # an xdist controller: the workers' common collection
+            sched = getattr(self.config.pluginmanager.get_plugin("dsession"), "sched", None)
+            collection = getattr(sched, "collection", None) or ()
+            if len(self._finished_ids) >= len(collection):
+                return []
+            return [n for n in collection if n not in self._finished_ids]
+        if not self._planned or self._finished >= len(session.items):
+            return []
+        return [item.nodeid for item in session.items[self._finished:]]
+
+    def _finished_count(self) -> int:
+        return len(self._finished_ids) if self._finished_ids is not None else self._finished
+
+    def _mark_not_reached(self) -> None:
+        """Adds `not_reached` to pytest's last-failed list, after pytest wrote it (unconfigure)."""
+        cache = getattr(self.config, "cache", None)
+        if not self.not_reached or cache is None or self.is_worker:
+            return
+        lastfailed = cache.get("cache/lastfailed", {})
+        lastfailed.update(dict.fromkeys(self.not_reached, True))
+        cache.set("cache/lastfailed", lastfailed)
+
     def _stop(self, session: pytest.Session | None, exit_status: int, line: str) -> None:
         """Stop asking: pytest ends the run after this item; the first reason is kept."""
         if self.stopped is None:
@@ -439,6 +490,7 @@ class SatbenchSession:
         """Controller (or the only process), after every item: from the store's rows, the
         statistics, gates and reports, all through `core.results`."""
         try:
+            self.not_reached = self._never_reached(session)
             self._finish_run(session)
         finally:
             if self.stopped is not None:
@@ -483,6 +535,8 @@ class SatbenchSession:
         try:
             self.results = collect(store, self.run_id, iterations=self.settings.bootstrap,
                                    each=reports.each if reports is not None else None)
+            traffic = store.traffic(self.run_id)  # this run's own: a report may cover earlier runs too
+            self.sent = sum(t.requests for t in traffic.values()) if traffic else None
             if not self.results:
                 return
             self.gate_results = gates.evaluate(list(self.settings.gates), {r.benchmark: r.stats for r in self.results})
@@ -509,7 +563,7 @@ class SatbenchSession:
         if self.results:
             from pytest_satbench.plugin import terminal
 
-            terminal.render(terminalreporter, self.results, self.results[0].protocol.get("model"))
+            terminal.render(terminalreporter, self.results, self.results[0].protocol.get("model"), self.sent)
         if self.gate_results:
             from pytest_satbench.core import gates
 
@@ -528,6 +582,13 @@ class SatbenchSession:
         if self.stopped:
             status, line = self.stopped
             terminalreporter.write_line(f"satbench: {line} (exit status {status})", red=True)
+        if self.not_reached:
+            n = len(self.not_reached)
+            how = ("they are added to pytest's last-failed list, so `pytest --lf` reruns them with the items that "
+                   "failed; answered questions are reported from the store, not asked again"
+                   if getattr(config, "cache", None) is not None else "rerun the same command to run them")
+            terminalreporter.write_line(f"satbench: this run never reached {n} of its "
+                                        f"{n + self._finished_count()} items: {how}", yellow=True)
         if self.not_loaded and config.option.verbose > 0:
             terminalreporter.write_line(f"satbench: not loaded (-k selects none of their items): {', '.join(self.not_loaded)}")
         if self.settings.export_jsonl:
@@ -586,8 +647,11 @@ class SatbenchSession:
             node.workerinput["satbench_builtin_url"] = self._builtin_server().url
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self._builtin is not None:
-            self._builtin.close()
+        try:
+            self._mark_not_reached()
+        finally:
+            if self._builtin is not None:
+                self._builtin.close()
 
 
 INTERRUPTED_LINE = "satbench: interrupted; every answer received so far is stored: rerun the same command to resume"

@@ -18,7 +18,8 @@ from pytest_satbench.core import text_summary
 from pytest_satbench.core.results import BenchmarkResult
 
 
-def render(tr: Any, results: Sequence[BenchmarkResult], model: str | None) -> None:
+def render(tr: Any, results: Sequence[BenchmarkResult], model: str | None, sent: int | None = None) -> None:
+    """`sent`: the requests this run's clients sent (None: not recorded)."""
     if not results:
         return
     for result in results:
@@ -27,9 +28,11 @@ def render(tr: Any, results: Sequence[BenchmarkResult], model: str | None) -> No
             tr.write_line(line)
     asked = sum(r.usage.asked for r in results)
     reused = sum(r.usage.reused for r in results)
-    text = f"answers: {asked} asked this run, {reused} reused from the store" + (f"; model {model}" if model else "")
+    earlier = sum(r.usage.earlier for r in results)
+    text = f"answers: {asked} asked this run, {reused} reused from the store" + (
+        f", {earlier} more from the tag's earlier runs (questions or arms this run did not ask)" if earlier else "") + (
+        f"; model {model}" if model else "")
     # the run's traffic is one figure for all its benchmarks
-    sent = results[0].usage.total.requests
     if sent is not None and sent != asked:
         text += (f"; {sent} requests sent (failed attempts and retries count, and so do answers fetched ahead "
                  "for items a stopped run did not reach: those are stored for the next run)")

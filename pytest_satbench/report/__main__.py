@@ -21,6 +21,23 @@ def _fail(msg: str, code: int = 2) -> int:
     return code
 
 
+def _question_counts(protocol: dict[str, object], recorded: dict[str, tuple[int, int, int]]) -> dict[str, list[int]]:
+    """Per benchmark of a run: [questions it selected, answered in every arm, with an error,
+    missing (never reached, or an arm without an answer)]."""
+    planned = protocol.get("planned") or {}
+    assert isinstance(planned, dict)
+    out = {}
+    for bench in sorted({*planned, *recorded}):
+        n, ok, err = recorded.get(bench, (0, 0, 0))
+        questions = max(int(planned.get(bench, 0)), n)
+        out[bench] = [questions, ok, err, questions - ok - err]
+    return out
+
+
+def _counts_text(c: list[int]) -> str:
+    return f"questions={c[0]} answered={c[1]} errors={c[2]} missing={c[3]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pytest_satbench.report", description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"results store (default: {DEFAULT_STORE})")
@@ -28,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--run", help="run id (see --list); default: the newest run")
     which.add_argument("--tag", help="the newest run with this tag")
     ap.add_argument("--out", type=Path, default=Path("reports"), help="output root (default: reports)")
-    ap.add_argument("--list", action="store_true", help="list the runs in the store, newest first, and exit")
+    ap.add_argument("--list", action="store_true",
+                    help="list the runs in the store, newest first, with their questions, answered, errors and "
+                         "missing, and exit")
     ap.add_argument("--iterations", type=int, default=1000, help="bootstrap resamples (default: 1000)")
     args = ap.parse_args(argv)
 
@@ -45,11 +64,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             if not runs:
                 print("no runs" + (f" with tag {args.tag!r}" if args.tag else ""))
+            counts = store.run_counts() if runs else {}
             for r in runs:
                 started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(r["started"])))  # type: ignore[arg-type]
                 state = "finished" if r["finished"] else "unfinished"
                 proto = r["protocol"] if isinstance(r["protocol"], dict) else {}
-                print(f"{r['run_id']}  tag={r['tag']}  {started}  {state}  model={proto.get('model')}  arms={','.join(proto.get('arms') or [])}")
+                per = _question_counts(proto, counts.get(str(r["run_id"]), {}))
+                total = [sum(c[i] for c in per.values()) for i in range(4)]
+                print(f"{r['run_id']}  tag={r['tag']}  {started}  {state}  model={proto.get('model')}  "
+                      f"arms={','.join(proto.get('arms') or [])}  {_counts_text(total)}")
+                if len(per) > 1:
+                    for bench, c in per.items():
+                        print(f"    {bench}: {_counts_text(c)}")
             return 0
         if args.run:
             if not any(r["run_id"] == args.run for r in runs):

@@ -1,6 +1,13 @@
-"""From the store to a report's numbers: one run's rows through `core.results`.
+"""From the store to a report's numbers: a tag's rows through `core.results`.
 
-The only work done here is what needs I/O: reading the run from the store, the benchmark's
+A report of a run covers every stored answer of its tag's questions, not only the questions
+the run itself selected: a subset run (`-k`, `--lf`, `--limit`, `--deselect`) never shrinks its
+tag's report. `tag_runs` picks the runs merged: the run and its tag's earlier runs, back to
+the last change of what the answers measure (model, sampling, prompt style, judge, the
+benchmark's dataset files); the store merges their questions (`ResultStore.tag_items`: per
+question and arm, the newest run's fingerprint and its row).
+
+The only work done here is what needs I/O: reading the runs from the store, the benchmark's
 declared labels and types from the registry, and, for runs stored before question records
 carried the geometry sent, the image's size from its file.
 
@@ -14,9 +21,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from pytest_satbench.core import arms as A
-from pytest_satbench.core.records import AnswerRow
+from pytest_satbench.core.records import ServerTraffic
 from pytest_satbench.core.results import (
     BenchmarkResult,
+    Coverage,
     Labels,
     QuestionResult,
     benchmark_results,
@@ -24,7 +32,7 @@ from pytest_satbench.core.results import (
 )
 from pytest_satbench.engine.store import ResultStore
 
-__all__ = ["Each", "collect", "token_curve"]
+__all__ = ["Each", "collect", "tag_runs", "token_curve"]
 
 # (benchmark, tag) -> what is called with each of that benchmark's questions as it is scored
 # (or None): how report files that list every answer are written without keeping them
@@ -33,28 +41,91 @@ Each = Callable[[str, str], Callable[[QuestionResult], None] | None]
 
 def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: int = 0,
             each: Each | None = None) -> list[BenchmarkResult]:
-    """Every benchmark of the run, re-scored and summarised; [] when the run has no items.
-    Raises KeyError when the run is not in the store."""
-    runs = {r["run_id"]: r for r in store.runs()}
+    """Every benchmark the run recorded questions of, re-scored and summarised over every
+    stored answer of its tag's questions (`tag_runs`); [] when the run has no items. Raises
+    KeyError when the run is not in the store."""
+    all_runs = store.runs()
+    runs = {r["run_id"]: r for r in all_runs}
     if run_id not in runs:
         raise KeyError(f"run {run_id!r} is not in {store.path}")
     run = runs[run_id]
     protocol = dict(run["protocol"])  # type: ignore[arg-type]
-    traffic = store.traffic(run_id)
     limits = store.limits(run_id)
     tag = str(run["tag"])
     out = []
     for bench in store.run_benchmarks(run_id):
         declared = _declared(bench)
-        stored = ((nodeid, qdict, rows) for nodeid, _, qdict, rows in store.run_items(run_id, bench))
+        merged = tag_runs(store, run_id, bench, all_runs)
+        ids = tuple(str(r["run_id"]) for r in merged)
+        if len(ids) == 1:
+            stored: Iterable[tuple[Any, ...]] = (
+                (nodeid, qdict, rows) for nodeid, _, qdict, rows in store.run_items(run_id, bench))
+        else:
+            stored = store.tag_items(ids, bench)
         out.append(benchmark_results(
             bench, run_id, tag, protocol, _with_sizes(stored, protocol),
             options=score_options(protocol, declared.score_views if declared else frozenset()),
             reported_type=declared.reported_type if declared else (lambda raw: raw),
             labels=_labels(declared, protocol),
-            traffic=traffic, limits=limits, iterations=iterations, seed=seed, unfinished=run["finished"] is None,
+            traffic=_traffic(store, ids), limits=limits, iterations=iterations, seed=seed,
+            unfinished=run["finished"] is None,
             each=each(bench, tag) if each is not None else None,
+            coverage=_coverage(merged, bench),
         ))
+    return out
+
+
+# what an answer measures, in a run's protocol: a tag's runs are merged back to its last change
+_MEASURE = ("model", "sampling", "prompt_style")
+
+
+def tag_runs(store: ResultStore, run_id: str, bench: str,
+             all_runs: list[dict[str, object]] | None = None) -> list[dict[str, object]]:
+    """The runs whose answers a report of `run_id` covers for `bench`, `run_id` first: it and the
+    earlier runs of its tag that recorded questions of `bench`, newest first, back to the first
+    that measured differently (another model, sampling, prompt style or judge model, or other
+    dataset files of `bench`: answers of two protocols are never merged, even where
+    `--allow-protocol-change` let a run join the tag). Runs started after `run_id` are not in
+    its report."""
+    runs = all_runs if all_runs is not None else store.runs()
+    at = next(i for i, r in enumerate(runs) if r["run_id"] == run_id)
+    this = runs[at]
+    tag = this["tag"]
+    mine: dict[str, Any] = this["protocol"]  # type: ignore[assignment]
+    out = [this]
+    for prev in runs[at + 1:]:
+        if prev["tag"] != tag:
+            continue
+        theirs: dict[str, Any] = prev["protocol"]  # type: ignore[assignment]
+        if not _same_measure(mine, theirs, bench):
+            break
+        if bench in store.run_benchmarks(str(prev["run_id"])):
+            out.append(prev)
+    return out
+
+
+def _same_measure(a: Mapping[str, Any], b: Mapping[str, Any], bench: str) -> bool:
+    if any(a.get(k) != b.get(k) for k in _MEASURE):
+        return False
+    if (a.get("judge") or {}).get("model") != (b.get("judge") or {}).get("model"):
+        return False
+    files_a, files_b = (a.get("datasets") or {}).get(bench), (b.get("datasets") or {}).get(bench)
+    return not (files_a and files_b and files_a != files_b)
+
+
+def _coverage(merged: list[dict[str, Any]], bench: str) -> Coverage:
+    planned = [int((r["protocol"].get("planned") or {}).get(bench, 0)) for r in merged]
+    limits = [r["protocol"].get("limit") or None for r in merged]
+    limit = None if any(x is None for x in limits) else max(limits)  # type: ignore[type-var]
+    return Coverage(tuple(str(r["run_id"]) for r in merged), max(planned), limit, planned[0])
+
+
+def _traffic(store: ResultStore, run_ids: tuple[str, ...]) -> dict[str, ServerTraffic]:
+    """What the clients of the merged runs sent, per server, summed over the runs."""
+    out: dict[str, ServerTraffic] = {}
+    for run_id in run_ids:
+        for server, t in store.traffic(run_id).items():
+            out[server] = out[server] + t if server in out else t
     return out
 
 
@@ -75,16 +146,18 @@ def _declared(bench: str) -> Any:
         return None
 
 
-def _with_sizes(
-    stored: Iterable[tuple[str, dict[str, Any], dict[str, AnswerRow]]], protocol: Mapping[str, Any],
-) -> Iterator[tuple[str, dict[str, Any], dict[str, AnswerRow]]]:
+def _with_sizes(stored: Iterable[tuple[Any, ...]], protocol: Mapping[str, Any]) -> Iterator[tuple[Any, ...]]:
     """Question records of older runs lack the geometry sent, which answers on the pixel
-    grid need: the original's size stands in (exact unless a codec changed the canvas)."""
-    pixels = protocol.get("box_grid") == "pixels"
-    for nodeid, qdict, rows in stored:
-        if pixels and qdict.get("kind") == "ref" and not qdict.get("sent_size") and qdict.get("image_path"):
-            qdict = {**qdict, "sent_size": _image_size(str(qdict["image_path"]))}
-        yield nodeid, qdict, rows
+    grid need: the original's size stands in (exact unless a codec changed the canvas).
+    Entries are (node id, question dict, {arm: row}[, recorded by the run])."""
+    if protocol.get("box_grid") != "pixels":
+        yield from stored
+        return
+    for entry in stored:
+        qdict: dict[str, Any] = entry[1]
+        if qdict.get("kind") == "ref" and not qdict.get("sent_size") and qdict.get("image_path"):
+            entry = (entry[0], {**qdict, "sent_size": _image_size(str(qdict["image_path"]))}, *entry[2:])
+        yield entry
 
 
 def _image_size(path: str) -> list[int] | None:

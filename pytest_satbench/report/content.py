@@ -23,7 +23,7 @@ from pytest_satbench.core.results import (
     figure_key,
 )
 from pytest_satbench.core.stats import GroupStats
-from pytest_satbench.core.text_summary import not_run_line, render_stats
+from pytest_satbench.core.text_summary import not_run_line, render_stats, subset_line
 from pytest_satbench.report import plots
 from pytest_satbench.report.build import token_curve
 from pytest_satbench.report.document import (
@@ -124,6 +124,9 @@ def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Ma
     doc.add(Heading(1, rich(f"{data.benchmark} — {data.tag}")))
     if data.not_run or data.unfinished:
         line = not_run_line(data)
+        doc.add(Notice(rich(line[:1].upper() + line[1:] + ".")))
+    if data.subset:
+        line = subset_line(data)
         doc.add(Notice(rich(line[:1].upper() + line[1:] + ".")))
     doc.add(*_intro(data, protocol, labels))
     doc.add(Heading(2, rich("Gates")), _gates(gates))

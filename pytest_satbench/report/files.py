@@ -59,8 +59,9 @@ def clipped_by_arm(data: BenchmarkResult) -> dict[str, int]:
 
 
 def limited(data: BenchmarkResult) -> int | None:
-    """The run's --limit, None when it ran every question (0 keeps all, as no limit)."""
-    return data.protocol.get("limit") or None
+    """The --limit of the runs the result covers, None when one of them ran every question
+    (0 keeps all, as no limit)."""
+    return data.limit or None
 
 
 def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gallery_total: int, gallery: list[Entry],
@@ -76,6 +77,9 @@ def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gall
         "limited": limited(data),
         "not_run": data.not_run,
         "unfinished": data.unfinished,
+        # the runs whose answers are here: a report covers every stored answer of its tag's questions
+        "coverage": {"runs": list(data.runs), "run_selected": data.run_selected,
+                     "run_questions": data.run_questions, "subset": data.subset},
         "arms": list(st.arms),
         "statistics": st.to_dict(),
         "aggregate_views": aggregate_views(data),
