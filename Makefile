@@ -14,11 +14,25 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install -q -e .
 
+# The compatibility matrix (tests/plugin/test_compat.py) runs these third-party pytest plugins
+# next to the plugin, from a folder of their own (PYTHONPATH=$(COMPAT_DIR) in its subprocesses):
+# installed into the venv, pytest-sugar, pytest-randomly and the others would change every
+# pytester run of the project's own tests. --no-deps keeps the venv's pytest the only pytest;
+# the plugins' other dependencies are pinned here with them.
+COMPAT_DIR := .compat-plugins
+COMPAT_PLUGINS := pytest-rerunfailures==16.7 pytest-json-report==1.5.0 pytest-metadata==3.1.1 \
+	pytest-html==4.2.0 jinja2==3.1.6 markupsafe==3.0.4 pytest-timeout==2.4.0 pytest-randomly==5.1.0 \
+	pytest-sugar==1.1.1 termcolor==3.3.0 pytest-cov==7.1.0 coverage==7.17.5 pytest-repeat==0.9.4 \
+	pytest-benchmark==5.3.1 py-cpuinfo2==10.1.1
+
 # The tests need One-D-Piece's torch + torchvision + timm (the pair this machine serves from
-# local disk) and the test extra (an independent HTTP client for the reference server's tests).
+# local disk), the test extra (an independent HTTP client for the reference server's tests)
+# and the compatibility matrix's plugins.
 install-test: install
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
 	$(BIN)/pip install -q -e '.[onedpiece,test]'
+	rm -rf $(COMPAT_DIR)
+	$(BIN)/pip install -q --no-deps --target $(COMPAT_DIR) $(COMPAT_PLUGINS)
 
 demo: install
 	$(BIN)/pytest benchmarks -k demo --servers builtin --recon jpeg:quality=10 -q
@@ -27,4 +41,4 @@ test: install-test
 	$(BIN)/pytest -q
 
 clean:
-	rm -rf $(VENV) .pytest_cache benchmarks/.pytest_cache reports/*/
+	rm -rf $(VENV) .pytest_cache benchmarks/.pytest_cache reports/*/ $(COMPAT_DIR)

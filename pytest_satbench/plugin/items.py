@@ -130,6 +130,11 @@ class QuestionItem(pytest.Item):
         return extra
 
     def runtest(self) -> None:
+        settled = self.config.stash.get(RERUN_SETTLED, None)
+        if settled is not None and self.nodeid in settled:
+            # a rerun (pytest-rerunfailures) of an item whose answers are known and whose
+            # failure they decide (a regression under --fail-on regression): nothing is asked
+            raise QuestionFailed(settled[self.nodeid][0])
         self.config.stash[SESSION_KEY].run_item(self)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
@@ -153,6 +158,10 @@ class ItemRunner(Protocol):
 
 
 SESSION_KEY = pytest.StashKey[ItemRunner]()
+# Under reruns (pytest-rerunfailures): node id -> (failure, outcome, per-arm verdicts) of the
+# items whose failure is settled by their stored answers, so a rerun asks nothing again
+# (`compat.Compat.call_outcome` fills it).
+RERUN_SETTLED = pytest.StashKey[dict[str, tuple[str, str, tuple[tuple[str, str], ...]]]]()
 
 
 def _node_ids(collector: pytest.Collector, name: str) -> Callable[[str], dict[str, Any]]:

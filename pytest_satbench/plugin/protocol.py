@@ -8,12 +8,19 @@ with py-spy on pytest 9.2). This protocol keeps what other plugins and pytest us
 
 - the same hooks in the same order: `pytest_runtest_logstart`, a setup, call and
   teardown report each through `pytest_runtest_logreport`, `pytest_runtest_logfinish`;
-- the call report is made by `pytest_runtest_makereport`, so plugins decorate it as
-  usual (this plugin attaches the item's outcome there; junitxml, --lf, -x, xdist read it);
+- the call report is made by `pytest_runtest_makereport`, so plugins decorate it as usual
+  (this plugin attaches the item's outcome and its properties there; junitxml, json-report,
+  --lf, -x, xdist read them); so are the setup and teardown reports when a plugin other than
+  pytest's own implements that hook (a wrapper that keeps state from setup to teardown finds
+  its setup: pytest-rerunfailures'), else they are built directly (~10 us less per item);
 - pytest's SetupState is left as pytest's own teardown would leave it for `nextitem`.
 
-What a question item does not get: fixtures (autouse ones included) and output capture.
-Items of other kinds in the same run (your own tests) run pytest's normal protocol.
+What a question item does not get: fixtures (autouse ones included), output capture, and
+the `pytest_runtest_setup` / `pytest_runtest_call` / `pytest_runtest_teardown` hooks. A
+plugin that needs those (pytest-json-report, pytest-rerunfailures with --reruns, a
+conftest.py implementing them) makes the whole run use pytest's standard protocol instead:
+`plugin/compat.py` decides, once, and says so in one line. Items of other kinds in the same
+run (your own tests) always run pytest's normal protocol.
 
 Memory. pytest keeps every report to the end of the session (the terminal's `stats`, for the
 final counts, -r and --durations): three per item, 3.3 KB per question item in all before
@@ -23,7 +30,9 @@ this module kept them small (bench/memory.py). So the reports of question items
   report; nothing reads it after the item: -k and -m select items, not reports), share the
   item's structured node id and location instead of parsing the node id again per report;
 - are stored, once every plugin has seen them, as a `LeanReport`: the same attributes in
-  slots, empty sections and user properties as shared empty tuples (`QuestionReports`);
+  slots, empty sections and user properties as shared empty tuples (`QuestionReports`). The
+  kept copy drops the item's properties (its outcome and per-arm verdicts): junitxml,
+  json-report and pytest-html read them from the report on its way through the hooks;
 - leave nothing in the item's stash: pytest's tmp_path plugin records every phase's outcome
   there for its fixture's teardown, which a question item never runs.
 
@@ -60,15 +69,23 @@ def _node_id(item: pytest.Item) -> Any:
 
 
 def _passed(item: pytest.Item, when: str, duration: float, start: float, stop: float) -> TestReport:
-    # A passed setup/teardown report carries nothing anyone reads but its outcome; built
-    # directly, without walking the node's keywords as TestReport.from_item_and_call does.
+    # A passed setup/teardown report carries nothing anyone reads but its outcome and the
+    # item's properties; built directly, without walking the node's keywords as
+    # TestReport.from_item_and_call does.
     return TestReport(
         nodeid=_node_id(item), location=item.location, keywords={}, outcome="passed", longrepr=None,
-        when=when, sections=(), duration=duration, start=start, stop=stop,
+        when=when, sections=_sections(item), duration=duration, start=start, stop=stop,
+        user_properties=item.user_properties,
     )
 
 
-def _drop_tmp_path_record(item: pytest.Item) -> None:
+def _sections(item: pytest.Item) -> list[tuple[str, str]]:
+    # output captured in any phase so far (pytest's standard protocol captures; the lean one
+    # does not, and this is empty)
+    return [(f"Captured {key} {when}", content) for when, key, content in item._report_sections]
+
+
+def drop_tmp_path_record(item: pytest.Item) -> None:
     """pytest's tmp_path plugin files each phase's outcome in the item's stash for its
     fixture's teardown; a question item has no fixture, and the record (a dict, and the
     stash's table) would stay to the end: 220 bytes per item."""
@@ -81,30 +98,33 @@ def _drop_tmp_path_record(item: pytest.Item) -> None:
         storage.clear()  # an emptied dict keeps its table until cleared
 
 
-def call_report(item: pytest.Item, call: CallInfo[None]) -> TestReport | None:
-    """The call report of a question item that passed, as `TestReport.from_item_and_call`
-    makes it but without keywords; None when the call raised (pytest's own report then,
+def phase_report(item: pytest.Item, call: CallInfo[None]) -> TestReport | None:
+    """A question item's report of a phase that passed, as `TestReport.from_item_and_call`
+    makes it but without keywords; None when the phase raised (pytest's own report then,
     with the failure section)."""
     if call.excinfo is not None:
         return None
-    sections = [(f"Captured {key} {when}", content) for when, key, content in item._report_sections]
-    return TestReport(
-        _node_id(item), item.location, {}, "passed", None, "call", sections,
-        call.duration, call.start, call.stop, user_properties=item.user_properties,
-    )
+    return _passed(item, call.when, call.duration, call.start, call.stop)
 
 
-def run_question_item(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+def _instant(when: Literal["setup", "teardown"], at: float) -> CallInfo[None]:
+    # a phase in which nothing runs (a question item sets nothing up), at one instant
+    return CallInfo(None, None, start=at, stop=at, duration=0.0, when=when, _ispytest=True)
+
+
+def run_question_item(item: pytest.Item, nextitem: pytest.Item | None, *, phases_made: bool = True) -> bool:
+    """The lean protocol. `phases_made`: the setup and teardown reports are made through
+    `pytest_runtest_makereport` too (a plugin's wrapper keeps state from setup to teardown);
+    else, when no plugin but pytest and this one implements it (`compat.Compat.phases_made`),
+    they are built directly, without the hook's wrappers (~10 us per item)."""
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-    # nothing runs in a question item's setup (no fixtures): its report says so, at one instant
-    now = time.time()
-    ihook.pytest_runtest_logreport(report=_passed(item, "setup", 0.0, now, now))
+    setup = _instant("setup", time.time())
+    ihook.pytest_runtest_logreport(report=ihook.pytest_runtest_makereport(item=item, call=setup) if phases_made
+                                   else _passed(item, "setup", 0.0, setup.start, setup.stop))
 
     call = CallInfo.from_call(item.runtest, when="call", reraise=(pytest.exit.Exception, KeyboardInterrupt))
-    report = ihook.pytest_runtest_makereport(item=item, call=call)
-    _drop_tmp_path_record(item)
-    ihook.pytest_runtest_logreport(report=report)
+    ihook.pytest_runtest_logreport(report=ihook.pytest_runtest_makereport(item=item, call=call))
 
     if item.session.shouldfail or item.session.shouldstop:
         nextitem = None  # as pytest's own protocol: tear everything down when stopping
@@ -113,16 +133,36 @@ def run_question_item(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
         # nothing is set up (question items set nothing up; no test of pytest's own protocol
         # ran before, or its nodes are torn down): teardown has nothing to do, at the instant
         # the call ended
-        ihook.pytest_runtest_logreport(report=_passed(item, "teardown", 0.0, call.stop, call.stop))
-    else:
+        teardown = _instant("teardown", call.stop)
+    else:  # a finaliser of some earlier test may fail: it is reported as pytest would
         teardown = CallInfo.from_call(lambda: setupstate.teardown_exact(nextitem), when="teardown")
-        if teardown.excinfo is None:
-            ihook.pytest_runtest_logreport(report=_passed(item, "teardown", teardown.duration, teardown.start,
-                                                          teardown.stop))
-        else:  # a finaliser of some earlier test failed: report it as pytest would
-            ihook.pytest_runtest_logreport(report=ihook.pytest_runtest_makereport(item=item, call=teardown))
+    if phases_made or teardown.excinfo is not None:
+        report = ihook.pytest_runtest_makereport(item=item, call=teardown)
+    else:
+        report = _passed(item, "teardown", teardown.duration, teardown.start, teardown.stop)
+    ihook.pytest_runtest_logreport(report=report)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    _forget(item)
     return True
+
+
+def _forget(item: pytest.Item) -> None:
+    """What the phases left on the item that nothing reads after it: its properties (on its
+    reports now), the tmp_path plugin's record, and the per-attempt state a wrapper of
+    `pytest_runtest_makereport` keeps from setup to teardown (pytest-rerunfailures': five
+    dicts, ~700 bytes, per item to the end)."""
+    if item.user_properties:
+        item.user_properties.clear()
+    drop_tmp_path_record(item)
+    attrs = item.__dict__
+    for name in PER_ATTEMPT_STATE:
+        attrs.pop(name, None)
+
+
+# Attributes pytest-rerunfailures sets on an item in each setup report and reads until the
+# item's teardown (and, with --reruns, in its own protocol: a lean run has no reruns).
+PER_ATTEMPT_STATE = ("_test_failed_statuses", "_terminal_errors", "_test_xfailed", "_rerun_condition_excinfos",
+                     "_rerun_condition_results")
 
 
 # ---------------------------------------------------------------------- lean reports
@@ -151,6 +191,8 @@ class LeanReport(TestReport):  # type: ignore[misc]  # TestReport is @final for 
     def of(cls, report: TestReport) -> LeanReport:
         lean = object.__new__(cls)
         for name, value in report.__dict__.items():
+            if name == "user_properties":
+                continue  # read by the reporters on the report's way through the hooks, not kept
             if name in _COMMON and (value == _COMMON[name] or (not value and name != "outcome")):
                 continue  # the class has it
             setattr(lean, name, value)
@@ -171,8 +213,8 @@ class QuestionReports:
     Runs after every other `pytest_runtest_logreport` implementation (trylast), when the
     terminal has filed the report under its category (`TerminalReporter.stats`, the last
     entry of one list): that entry is replaced by a lean copy. The report object the hooks
-    saw is not changed, so a plugin that kept it keeps what it saw. Also makes the passed call
-    reports of question items (`call_report`)."""
+    saw is not changed, so a plugin that kept it keeps what it saw. Also makes the passed
+    reports of question items (`phase_report`)."""
 
     NAME = "satbench-question-reports"
 
@@ -182,10 +224,11 @@ class QuestionReports:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: CallInfo[None]) -> TestReport | None:
-        """A question item's passed call report, without pytest's keyword dict (first result:
-        pytest's own implementation is not called; every wrapper still wraps it)."""
-        if call.when == "call" and self.is_question(item):
-            return call_report(item, call)
+        """A question item's passed setup, call or teardown report, without pytest's keyword
+        dict (first result: pytest's own implementation is not called; every wrapper still
+        wraps it), under the lean protocol and pytest's standard one alike."""
+        if self.is_question(item):
+            return phase_report(item, call)
         return None
 
     @pytest.hookimpl(trylast=True)

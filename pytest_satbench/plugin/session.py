@@ -339,8 +339,10 @@ class SatbenchSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         if isinstance(item, QuestionItem) and self._runtime is not None:
-            return run_question_item(item, nextitem)
-        return None  # pytest's own protocol
+            self._compat.watch(self._runtime)
+            if self._compat.lean:
+                return run_question_item(item, nextitem, phases_made=self._compat.phases_made)
+        return None  # pytest's own protocol (for question items: a plugin needs it, plugin/compat.py)
 
     def runtime(self) -> Runtime:
         """The engine, started on first use (the public fixtures use this)."""
@@ -450,20 +452,29 @@ class SatbenchSession:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         rep = yield
         if call.when == "call" and isinstance(item, QuestionItem):
-            # only the outcome travels to an xdist controller: the numbers come from the store
-            outcome = self._outcomes.pop(item.nodeid, None)
+            # only the outcome travels to an xdist controller: the numbers come from the store;
+            # it and the arms' verdicts also go on the reports as properties (plugin/compat.py)
+            outcome = self._compat.call_outcome(item, rep, self._outcomes.pop(item.nodeid, None))
             if outcome is not None:
                 rep.satbench_outcome = outcome
             lines = self._drain_server_lines()
             if lines:
                 rep.satbench_lines = lines
+        elif call.when == "teardown" and isinstance(item, QuestionItem):
+            self._compat.end_item(item)
         return rep
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        # called as the session is registered (pytest_configure is historic)
+        from pytest_satbench.plugin import compat
+
+        self._compat = compat.register(config, self.settings)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
         outcome = getattr(report, "satbench_outcome", None)
-        if outcome is None or report.when != "call":
-            return None
+        if outcome is None or report.when != "call" or report.outcome == "rerun":
+            return None  # (a try pytest-rerunfailures runs again is its "rerun")
         return teststatus(outcome, report.failed)
 
     # ------------------------------------------------------------------ reporting
