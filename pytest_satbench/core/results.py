@@ -63,16 +63,12 @@ __all__ = [
 
 # --------------------------------------------------------------------------- records
 
-@dataclass(slots=True)
-class QuestionResult:
-    """One question of the run with its stored row and fresh score per arm."""
+class _Verdicts:
+    """The verdicts read off a question's `rows` (arm -> ...) and `scores` (answered arms)."""
 
-    nodeid: str
-    question: Question
-    types: tuple[str, ...]  # reported types (VRSBench merges some raw types)
-    rows: dict[str, AnswerRow]
-    scores: dict[str, Score]  # arms with an "ok" row only
-    chance: float | None
+    __slots__ = ()
+    rows: Mapping[str, Any]
+    scores: Mapping[str, Score]
 
     def correct(self, arm: str) -> bool:
         sc = self.scores.get(arm)
@@ -86,8 +82,20 @@ class QuestionResult:
         return [a for a in self.rows if A.is_recon(a) and not self.correct(a)]
 
 
+@dataclass(slots=True)
+class QuestionResult(_Verdicts):
+    """One question of the run with its stored row and fresh score per arm."""
+
+    nodeid: str
+    question: Question
+    types: tuple[str, ...]  # reported types (VRSBench merges some raw types)
+    rows: dict[str, AnswerRow]
+    scores: dict[str, Score]  # arms with an "ok" row only
+    chance: float | None
+
+
 @dataclass(frozen=True, slots=True, eq=False)
-class QuestionOutcome:
+class QuestionOutcome(_Verdicts):
     """What the answer-level analysis (`core.analysis`) and the counts read of one question,
     without its ids, texts or rows: a stand-in question with only the fields that decide its
     answer classes (kind, ground truth, choices; key, text and image are blank), the reported
@@ -100,17 +108,6 @@ class QuestionOutcome:
     types: tuple[str, ...]
     rows: Mapping[str, str]  # arm -> its row's status ("ok" | "error"), the run's arm order
     scores: Mapping[str, Score]  # arms with an "ok" row only
-
-    def correct(self, arm: str) -> bool:
-        sc = self.scores.get(arm)
-        return bool(sc is not None and sc.correct)
-
-    @property
-    def regressed_arms(self) -> list[str]:
-        """Reconstruction arms that got wrong what the original got right."""
-        if not self.correct(A.ORIG):
-            return []
-        return [a for a in self.rows if A.is_recon(a) and not self.correct(a)]
 
 
 @dataclass(slots=True)
