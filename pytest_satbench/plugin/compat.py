@@ -44,7 +44,7 @@ import pytest
 
 from pytest_satbench.plugin.items import RERUN_SETTLED, QuestionItem
 from pytest_satbench.plugin.outcomes import ERROR, IMPROVED, REGRESSED, WRONG
-from pytest_satbench.plugin.protocol import drop_tmp_path_record
+from pytest_satbench.plugin.protocol import QuestionReports, drop_tmp_path_record
 
 if TYPE_CHECKING:
     from pytest_satbench.engine.runtime import Runtime
@@ -287,9 +287,15 @@ class Compat:
         if line:
             prefix.append(f"<p>satbench: {line}</p>")
 
-    # ------------------------------------------------------------------ pytest-sugar
+    # ------------------------------------------------------------------ pytest-sugar; xdist's reports
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self._sugar = teach_sugar()
+        pm = self.config.pluginmanager
+        if (not self.is_worker and pm.has_plugin("dsession") and not pm.has_plugin(QuestionReports.NAME)
+                and (self.settings.servers or self.settings.builtin_server)):
+            # an xdist controller keeps every report its workers send; question items' passed
+            # ones (and their properties) are kept lean there too (it makes no report itself)
+            pm.register(QuestionReports(self.config, lambda item: False), QuestionReports.NAME)
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
