@@ -118,6 +118,14 @@ class QuestionRunner:
         self._requests = DaemonWorkers(max(1, threads), "satbench-ask")
         self._lock = threading.Lock()
 
+    def _stored(self, nodeid: str, keys: list[tuple[str, str]]) -> dict[str, AnswerRow]:
+        """The stored answers to reuse: every one, or under --fresh only this run's own (an
+        item run again in the same session, by pytest-rerunfailures, asks only what failed)."""
+        got = self.store.get_many(nodeid, keys)
+        if self.fresh:
+            return {arm: row for arm, row in got.items() if row.run_id == self.run_id and row.status == "ok"}
+        return got
+
     # ------------------------------------------------------------------ planning
     def arms_for(self, job: Job) -> list[str]:
         return self.arms + [repeat_arm(i) for i in range(2, job.repeats + 1)]
@@ -172,7 +180,7 @@ class QuestionRunner:
             _complete(done, result)
             return done
 
-        stored = {} if self.fresh else self.store.get_many(job.nodeid, list(fps.items()))
+        stored = self._stored(job.nodeid, list(fps.items()))
         for alias in [] if self.fresh else self.pool.model_aliases:
             lacking = [a for a in fps if a not in stored]
             if not lacking:
@@ -243,7 +251,7 @@ class QuestionRunner:
         if not asks:
             _complete(done, result)
             return
-        stored = {} if self.fresh else self.store.get_many(job.nodeid, [(arm, fp) for arm, _, fp in asks])
+        stored = self._stored(job.nodeid, [(arm, fp) for arm, _, fp in asks])
         for arm, row in stored.items():
             result.arms[arm] = ArmResult(arm, "ok", text=row.text, from_store=True, latency_s=row.latency_s)
         missing = [a for a in asks if a[0] not in stored]

@@ -222,6 +222,20 @@ def test_reruns_reask_a_failed_arm_as_often_as_asked_and_an_answer_never(
 
 
 @needs_plugins
+def test_reruns_under_fresh_reask_only_the_failed_arms(project: Path) -> None:
+    """--fresh asks every question once; a rerun of an item in the same run reuses the
+    answers this run already got and asks only what failed."""
+    with Reference(fail=_fails) as srv:
+        done = run(project, srv, "reruns-fresh", "--reruns", "2", "--retries", "0", "--fresh",
+                   plugins=["rerunfailures"])
+        counts = dict(srv.counts)
+    _clean(done)
+    failing = {k for k in counts if _fails(k)}
+    assert failing and all(n == 3 for k, n in counts.items() if k in failing), counts
+    assert all(n == 1 for k, n in counts.items() if k not in failing), counts
+
+
+@needs_plugins
 @pytest.mark.parametrize("fresh", [[], ["--fresh"]], ids=["stored", "fresh"])
 def test_a_rerun_of_a_regression_asks_nothing(project: Path, server: Reference, reference: Run,
                                               fresh: list[str]) -> None:
