@@ -108,6 +108,17 @@ def rate(stats: Callable[[], SimStats], seconds: float) -> float:
 
 
 # ------------------------------------------------------------------------------- parameters
+
+def one_running_two_waiting(srv: SimServer, ask: Callable[[], object]) -> list[threading.Thread]:
+    """Three requests from threads: the first running (a batch of one), two queued behind it."""
+    threads = [threading.Thread(target=ask, daemon=True) for _ in range(3)]
+    threads[0].start()
+    wait_for(lambda: srv.stats().running == 1)
+    for t in threads[1:]:
+        t.start()
+    wait_for(lambda: srv.stats().waiting == 2)
+    return threads
+
 def test_capacity_is_computed_from_the_parameters() -> None:
     p = EngineParams(max_num_seqs=4, base_ms=5, per_seq_ms=1, output_tokens=5)
     assert p.capacity_rps == pytest.approx(4 / (5 * 0.009))
@@ -202,13 +213,7 @@ def test_metrics_names_types_labels_and_values() -> None:
         for name, rows in samples.items():
             assert all(labels["model_name"] == 'q"m' for labels, _ in rows), name
         # one running, two waiting: the gauges say so
-        threads = [threading.Thread(target=chat, args=(srv.url, chat_body('q"m')), daemon=True)
-                   for _ in range(3)]
-        threads[0].start()
-        wait_for(lambda: srv.stats().running == 1)
-        for t in threads[1:]:
-            t.start()
-        wait_for(lambda: srv.stats().waiting == 2)
+        threads = one_running_two_waiting(srv, lambda: chat(srv.url, chat_body('q"m')))
         _, _, samples = parse_metrics(request(conn, "GET", "/metrics")[1].decode())
         value = {name: rows[0][1] for name, rows in samples.items()}
         assert value["vllm:num_requests_running"] == 1 and value["vllm:num_requests_waiting"] == 2
@@ -312,13 +317,7 @@ def test_overload_rejects_beyond_max_waiting(status: int) -> None:
                      reject_status=status)
     with SimServer(p) as srv:
         results: list[int] = []
-        threads = [threading.Thread(target=lambda: results.append(chat(srv.url)[0]), daemon=True)
-                   for _ in range(3)]
-        threads[0].start()
-        wait_for(lambda: srv.stats().running == 1)
-        for t in threads[1:]:
-            t.start()
-        wait_for(lambda: srv.stats().waiting == 2)
+        threads = one_running_two_waiting(srv, lambda: results.append(chat(srv.url)[0]))
         t0 = time.monotonic()
         got, body = chat(srv.url)
         assert time.monotonic() - t0 < 0.5  # shed at once, not queued
