@@ -130,7 +130,7 @@ class ServerUsage:
     # the client's in-flight limit for this server, summed over the run's processes
     limit: int | None = None  # at the end; None: the run did not record its limits
     peak_in_flight: int | None = None  # the most in flight at once (per process, summed)
-    steered_by: str = ""  # metrics, latency or fixed (see engine/concurrency.py)
+    steered_by: str = ""  # metrics, latency or fixed (see engine/limits.py)
 
 
 @dataclass(slots=True)

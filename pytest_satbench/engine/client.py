@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pytest_satbench.engine.concurrency import ConcurrencySpec, EngineMetrics, Limiter, LimitPoint
+from pytest_satbench.engine.concurrency import ConcurrencySpec
+from pytest_satbench.engine.limits import EngineMetrics, Limiter, LimitPoint
 from pytest_satbench.engine.transport import (
     MAX_BODY_BYTES,
     Connections,

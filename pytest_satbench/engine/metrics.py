@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from pytest_satbench.engine.concurrency import EngineMetrics
+from pytest_satbench.engine.limits import EngineMetrics
 
 __all__ = ["RUNNING", "WAITING", "parse"]
 

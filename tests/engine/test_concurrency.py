@@ -17,12 +17,8 @@ import pytest
 from fleet_sim import EngineParams, SimServer
 
 from pytest_satbench.engine.client import ServerPool
-from pytest_satbench.engine.concurrency import (
-    AdaptiveLimit,
-    ConcurrencySpec,
-    EngineMetrics,
-    FixedLimit,
-)
+from pytest_satbench.engine.concurrency import ConcurrencySpec
+from pytest_satbench.engine.limits import AdaptiveLimit, EngineMetrics, FixedLimit
 from pytest_satbench.engine.metrics import parse
 
 MODEL = "sim-model"
@@ -206,7 +202,7 @@ def test_a_trim_is_not_repeated_while_its_requests_drain() -> None:
 
 
 def test_preemptions_back_off() -> None:
-    lim = AdaptiveLimit(0.0, initial=100)
+    lim = AdaptiveLimit(0.0, initial=100, cap=512)
     lim.tick(1.0, EngineMetrics(running=100, waiting=0, preemptions=0))
     before = lim.limit
     lim.tick(2.0, EngineMetrics(running=100, waiting=0, preemptions=3))
@@ -214,7 +210,7 @@ def test_preemptions_back_off() -> None:
 
 
 def test_a_burst_of_refusals_is_one_back_off() -> None:
-    lim = AdaptiveLimit(0.0, initial=100)
+    lim = AdaptiveLimit(0.0, initial=100, cap=512)
     for i in range(50):
         lim.overloaded(1.0 + i * 0.001)
     assert lim.limit == 70

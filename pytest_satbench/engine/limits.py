@@ -1,0 +1,415 @@
+"""How many requests each server gets in flight: one limiter per server.
+
+vLLM batches continuously: a server's throughput grows with the requests it holds, up to its
+`max_num_seqs` and its KV-cache room, and past that point extra requests only wait in its
+queue. The right number differs per server and per model and changes during a run, so the
+client finds it instead of asking the user to guess one global figure.
+
+Two strategies behind one small protocol (`Limiter`), as pytest-xdist keeps its schedulers:
+
+- `FixedLimit`: the limit is the cap, always (`--concurrency-control fixed`; with
+  `--concurrency total:64` it is the plugin's behaviour before adaptive limits).
+- `AdaptiveLimit`: starts moderately and finds the knee. When the server publishes vLLM's
+  Prometheus metrics it steers by them: the batch is full when requests wait, so it raises
+  the limit while nothing waits and trims it to keep a short queue (a few requests, never a
+  long one); preemptions and a KV cache at its end back it off. Without metrics it steers by
+  what the client sees: it raises the limit while the completion rate rises with it (the
+  rate's elasticity to the limit stays above `ELASTIC`), and goes back when a raise only
+  adds latency. 429, 503, 504 and timeouts back it off at once (at most once per latency,
+  since a burst of refusals is one event).
+
+Everything is driven by the pool: `in_flight_changed` and `completed` on the request path
+(cheap, under the pool's lock), `tick` from one control thread a few times a second. Limits
+are floats inside (steps of a fraction of a request add up) and integers outside.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["ELASTIC", "AdaptiveLimit", "EngineMetrics", "FixedLimit", "LimitPoint", "Limiter"]
+
+# A raise is kept while the completion rate grows at least this fast with the limit
+# (d log rate / d log limit). Below the knee of a continuous-batching server it is
+# base / (base + per_seq * running), typically 0.4-1; past the knee it is 0.
+ELASTIC = 0.2
+# How long a batch size counts as what the server "recently ran" (see _by_metrics).
+PEAK_MEMORY_S = 30.0
+# Kept short: a point per change at most, thinned when it grows past this.
+HISTORY_POINTS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    """One scrape of a vLLM server's /metrics (summed over its engines)."""
+
+    running: float  # vllm:num_requests_running
+    waiting: float  # vllm:num_requests_waiting
+    kv_cache_usage: float | None = None  # vllm:kv_cache_usage_perc (a fraction, 0-1)
+    preemptions: float | None = None  # vllm:num_preemptions_total (a counter)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitPoint:
+    t: float  # seconds since the limiter started
+    limit: int
+    why: str  # "start", "raise", "trim", "back off", "revert", ...
+
+
+class Limiter(Protocol):
+    """A server's in-flight limit. Called under the pool's lock: methods must be quick."""
+
+    @property
+    def limit(self) -> int: ...
+
+    @property
+    def history(self) -> tuple[LimitPoint, ...]: ...
+
+    def in_flight_changed(self, now: float, in_flight: int) -> None: ...
+
+    def completed(self, now: float, latency_s: float) -> None: ...
+
+    def overloaded(self, now: float) -> None: ...
+
+    def tick(self, now: float, metrics: EngineMetrics | None) -> None: ...
+
+
+class _History:
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.points: list[LimitPoint] = []
+
+    def add(self, now: float, limit: int, why: str) -> None:
+        if self.points and self.points[-1].limit == limit:
+            return
+        self.points.append(LimitPoint(round(now - self.start, 3), limit, why))
+        if len(self.points) > HISTORY_POINTS:  # keep the first and every other point after it
+            self.points = self.points[:1] + self.points[1::2]
+
+
+class FixedLimit:
+    """The limit is the cap: no adaptation."""
+
+    def __init__(self, cap: int, now: float) -> None:
+        if cap < 1:
+            raise ValueError(f"a concurrency limit must be >= 1, got {cap}")
+        self._limit = cap
+        self._history = _History(now)
+        self._history.add(now, cap, "fixed")
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def history(self) -> tuple[LimitPoint, ...]:
+        return tuple(self._history.points)
+
+    def in_flight_changed(self, now: float, in_flight: int) -> None:
+        pass
+
+    def completed(self, now: float, latency_s: float) -> None:
+        pass
+
+    def overloaded(self, now: float) -> None:
+        pass
+
+    def tick(self, now: float, metrics: EngineMetrics | None) -> None:
+        pass
+
+
+@dataclass(slots=True)
+class _Window:
+    """What the server did while the limit held one value, from `started` on.
+
+    `started` may lie ahead of the change that opened the window: requests sent just after
+    a change still queue behind (or run beside) the old limit's, so their latency tells of
+    neither limit; a window that settles first measures the new limit alone.
+    """
+
+    limit: float
+    started: float
+    in_flight: int = 0  # now
+    changed: float = 0.0  # from when `in_flight` counts in `load`
+    load: float = 0.0  # the integral of in_flight over time, up to `changed`
+    busy_since: float | None = None  # in flight at the limit since then
+    saturated_s: float = 0.0  # time with as many in flight as the limit allows
+    latency_sum: float = 0.0  # of requests sent after `started`
+    fresh: int = 0  # how many of those have completed
+    settled: bool = False  # it waited out a latency after the change that opened it
+
+    def __post_init__(self) -> None:
+        self.changed = self.started
+
+    def update(self, now: float, in_flight: int, at_limit: bool) -> None:
+        t = max(now, self.started)
+        self.load += self.in_flight * (t - self.changed)
+        self.in_flight, self.changed = in_flight, t
+        if at_limit and self.busy_since is None:
+            self.busy_since = t
+        elif not at_limit and self.busy_since is not None:
+            self.saturated_s += t - self.busy_since
+            self.busy_since = None
+
+    def span(self, now: float) -> float:
+        return max(0.0, now - self.started)
+
+    def saturation(self, now: float) -> float:
+        t = max(now, self.started)
+        held = self.saturated_s + (t - self.busy_since if self.busy_since is not None else 0.0)
+        span = self.span(now)
+        return held / span if span > 0 else 0.0
+
+    def mean_in_flight(self, now: float) -> float:
+        span = self.span(now)
+        total = self.load + self.in_flight * (max(now, self.started) - self.changed)
+        return total / span if span > 0 else float(self.in_flight)
+
+    def rate(self, now: float) -> float:
+        """Completions per second at this limit, by Little's law: the mean in flight over the
+        mean latency of the requests sent in the window. Known one latency after the window
+        starts, where counting completions would first see earlier requests end."""
+        if not self.fresh or self.latency_sum <= 0:
+            return 0.0
+        return self.mean_in_flight(now) / (self.latency_sum / self.fresh)
+
+
+class AdaptiveLimit:
+    """Finds a server's knee: see the module docstring.
+
+    `cap`: never more than this; `initial`: where it starts; `floor`: never fewer.
+    Without metrics a limit is judged once `min_completions` requests sent under it (and at
+    least half the limit) have completed, or 3 after four latencies, and at least
+    `min_window_s` has passed.
+    With metrics, `scrape_hold_s` is how long a change is given before the next one (vLLM
+    admits waiting requests at its next step, tens of milliseconds; the scrape is what lags).
+    `target_waiting`: the queue kept at the server, as a fraction of what runs (at least 2).
+    """
+
+    def __init__(self, now: float, *, cap: int, initial: int,
+                 floor: int = 1, min_window_s: float = 0.4, min_completions: int = 20, scrape_hold_s: float = 0.5,
+                 target_waiting: float = 0.04, max_probe_interval_s: float = 60.0) -> None:
+        if cap < 1 or floor < 1:
+            raise ValueError("concurrency limits must be >= 1")
+        self.cap = cap
+        self.floor = min(floor, cap)
+        self._limit = float(min(max(initial, self.floor), cap))
+        self._min_window_s = min_window_s
+        self._min_completions = min_completions
+        self._scrape_hold_s = scrape_hold_s
+        self._target_waiting = target_waiting  # as a fraction of what runs; at least 2 requests
+        self._max_probe_interval_s = max_probe_interval_s
+        self._history = _History(now)
+        self._history.add(now, self.limit, "start")
+        self._in_flight = 0
+        self._window = _Window(self._limit, now)
+        self._latencies: deque[float] = deque(maxlen=64)  # recent, for the window's length
+        self._slow_start = True  # doubling until the first raise that does not pay
+        self._probe_up = False  # the direction of the next steady-state probe
+        self._judged_twice = False  # the raise on trial in slow start failed once already
+        # a raise on trial: (the limit before it, the rate measured there)
+        self._trial: tuple[float, float] | None = None
+        self._last_rate: float | None = None  # at the current limit, once measured
+        self._next_probe_at = now
+        self._probe_interval_s = 5.0
+        self._backed_off_at = -math.inf
+        self._changed_at = now
+        self._preemptions: float | None = None
+        self._running: deque[tuple[float, float]] = deque()  # (time, running) scraped lately
+        self._queued_scrapes = 0  # scrapes in a row that saw a queue behind a full batch
+        self.metrics_seen = False
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def limit(self) -> int:
+        return max(self.floor, min(self.cap, int(self._limit)))
+
+    @property
+    def history(self) -> tuple[LimitPoint, ...]:
+        return tuple(self._history.points)
+
+    def in_flight_changed(self, now: float, in_flight: int) -> None:
+        self._in_flight = in_flight
+        self._window.update(now, in_flight, in_flight >= self.limit)
+
+    def completed(self, now: float, latency_s: float) -> None:
+        self._latencies.append(latency_s)
+        w = self._window
+        if now - latency_s >= w.started:  # sent under the current limit
+            w.fresh += 1
+            w.latency_sum += latency_s
+
+    def overloaded(self, now: float) -> None:
+        """429, 503, 504 or a timeout: the server says it has more than it can take."""
+        if now - self._backed_off_at < max(0.1, self._latency()):
+            return  # the same overload, seen by the requests in flight at once
+        self._backed_off_at = now
+        self._slow_start = False
+        self._trial = None
+        self._set(now, max(self.floor, self._limit * 0.7), "back off")
+        self._probe_interval_s = min(self._max_probe_interval_s, self._probe_interval_s * 2)
+        self._next_probe_at = now + self._probe_interval_s
+
+    def tick(self, now: float, metrics: EngineMetrics | None) -> None:
+        if metrics is not None:
+            self.metrics_seen = True
+            self._by_metrics(now, metrics)
+        else:
+            self._by_rate(now)
+
+    # ------------------------------------------------------------------ with metrics
+    def _by_metrics(self, now: float, m: EngineMetrics) -> None:
+        preempted = self._preemptions is not None and m.preemptions is not None and m.preemptions > self._preemptions
+        if m.preemptions is not None:
+            self._preemptions = m.preemptions
+        if now - self._changed_at < self._scrape_hold_s:
+            return
+        if preempted:  # the KV cache ran out and vLLM evicted running requests
+            self.overloaded(now)
+            return
+        # Requests that arrived since the engine's last step wait for the next one even when
+        # the batch has room: a queue means "full" only while the batch runs as big as it
+        # has recently run. Trimming on arrivals would shrink a server with room, step by
+        # step, to nothing.
+        self._running.append((now, m.running))
+        while self._running and self._running[0][0] < now - PEAK_MEMORY_S:
+            self._running.popleft()
+        peak = max(r for _, r in self._running)
+        full = m.running > 0 and m.running >= 0.9 * peak
+        target = max(4.0, self._target_waiting * m.running)
+        queued = full and m.waiting > 2 * target
+        self._queued_scrapes = self._queued_scrapes + 1 if queued else 0
+        mine = self._in_flight
+        if self._queued_scrapes >= 2 and mine <= self._limit:  # a queue that lasts, not arrivals
+            # Our share of what runs, plus our share of a short queue (under xdist the other
+            # processes see the same server and each keeps its own share). Not again while
+            # the requests of a trim are still in flight: the queue they form is that trim's.
+            total = m.running + m.waiting
+            share = mine / total if total > 0 else 1.0
+            self._slow_start = False
+            self._queued_scrapes = 0
+            self._set(now, max(self.floor, (m.running + target) * share), "trim")
+            return
+        if full and m.waiting >= 1:
+            return  # the batch is full and a short queue keeps it full: hold
+        if self._window.saturation(now) < 0.5:
+            return  # we do not fill the limit: nothing to learn by raising it
+        if m.kv_cache_usage is not None and m.kv_cache_usage >= 0.97:
+            return  # no room for more sequences, whatever max_num_seqs allows
+        step = self._limit if self._slow_start else max(2.0, 0.1 * self._limit)
+        self._set(now, self._limit + step, "raise")
+
+    # ------------------------------------------------------------------ without metrics
+    def _latency(self) -> float:
+        if not self._latencies:
+            return 0.0
+        s = sorted(self._latencies)
+        return s[len(s) // 2]
+
+    def _by_rate(self, now: float) -> None:
+        w = self._window
+        span = w.span(now)
+        patience = 4 * max(self._latency(), self._min_window_s)
+        # Half the requests in flight, at least: completions of a batch come in waves, and a
+        # few of one wave tell the phase of the wave, not the rate.
+        enough = max(self._min_completions, int(0.5 * self.limit))
+        if span < self._min_window_s or w.fresh < (enough if span < patience else 3):
+            return
+        saturated = w.saturation(now) >= 0.6
+        rate = w.rate(now)
+        if self._trial is not None:
+            before, before_rate = self._trial
+            self._trial = None
+            if not saturated:
+                # the client did not fill the new limit: nothing was learnt, and a limit
+                # nobody uses only hides how much work is queued
+                self._set(now, before, "revert")
+                self._last_rate = before_rate
+                return
+            gain = _elasticity(before_rate, rate, before, self._limit)
+            raised = self._limit > before
+            if (gain >= ELASTIC) == raised:  # a raise that pays, or a cut that costs nothing
+                self._judged_twice = False
+                self._last_rate = rate
+                self._probe_interval_s = 5.0
+                self._new_window(now)
+                if self._slow_start:
+                    self._probe(now, rate, up=True)
+                else:  # it paid: go on the same way at the next verdict
+                    self._probe_up = raised
+                    self._next_probe_at = now
+                return
+            if self._slow_start and not self._judged_twice:
+                # One verdict on a loaded client can be noise, and ending slow start too low
+                # costs throughput for the rest of the run while a raise past the knee costs
+                # only queueing: judge the same raise once more, settled, before going back.
+                self._judged_twice = True
+                self._trial = (before, before_rate)
+                self._new_window(now, settle=True)
+                return
+            # the raise only added waiting, or the cut lost completions: go back, and probe
+            # less often from now on
+            self._slow_start = False
+            self._last_rate = before_rate
+            self._set(now, before, "revert")
+            self._probe_interval_s = min(self._max_probe_interval_s, self._probe_interval_s * 2)
+            self._next_probe_at = now + self._probe_interval_s
+            self._probe_up = not raised
+            return
+        self._last_rate = rate
+        settled = w.settled
+        self._new_window(now)
+        if saturated and (self._slow_start or now >= self._next_probe_at):
+            if not self._slow_start and not settled:
+                # a steady-state verdict needs a sound baseline: slow start's rates are not
+                # settled (and run high past the knee), so measure this limit settled first
+                self._new_window(now, settle=True)
+                return
+            self._probe(now, rate, up=self._slow_start or self._probe_up)
+
+    def _probe(self, now: float, rate: float, *, up: bool) -> None:
+        """Try another limit: up (doubling in slow start), or down to find the knee from
+        above (past it, fewer requests in flight lose no completions, only queueing)."""
+        before = self._limit
+        if up:
+            if self.limit >= self.cap:
+                if self._slow_start:  # doubled up to the cap: measure it settled, then cut
+                    self._slow_start = False
+                    self._new_window(now, settle=True)
+                    return
+                up = False
+            else:
+                target = 2 * before if self._slow_start else before * 1.25 + 1
+        if not up:
+            if self.limit <= self.floor:
+                return
+            target = before * 0.8
+        if max(self.floor, min(self.cap, int(target))) == self.limit:
+            return
+        self._trial = (before, rate)
+        self._set(now, target, "raise" if up else "cut")
+        self._next_probe_at = now + self._probe_interval_s
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _set(self, now: float, limit: float, why: str) -> None:
+        self._limit = float(min(max(limit, self.floor), self.cap))
+        self._changed_at = now
+        self._history.add(now, self.limit, why)
+        # Slow start judges at once: it may overshoot (requests sent right after a raise
+        # find a short queue), and the cuts of steady state, which settle first, come back
+        # down to the knee. Steady state settles one latency, so its verdicts are sound.
+        self._new_window(now, settle=not self._slow_start)
+
+    def _new_window(self, now: float, settle: bool = False) -> None:
+        self._window = _Window(self._limit, now + (self._latency() if settle else 0.0), settled=settle)
+        self.in_flight_changed(now, self._in_flight)
+
+
+def _elasticity(rate0: float, rate1: float, limit0: float, limit1: float) -> float:
+    """d log rate / d log limit between two measured points; 0 when it cannot be told."""
+    if rate0 <= 0 or rate1 <= 0 or limit1 == limit0:
+        return 0.0 if rate1 <= rate0 else 1.0
+    return math.log(rate1 / rate0) / math.log(limit1 / limit0)
