@@ -339,6 +339,8 @@ class SatbenchSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         if isinstance(item, QuestionItem) and self._runtime is not None:
+            if self._compat is None:  # (a runtime has servers, so this is not expected)
+                return run_question_item(item, nextitem)
             self._compat.watch(self._runtime)
             if self._compat.lean:
                 return run_question_item(item, nextitem, phases_made=self._compat.phases_made)
@@ -454,21 +456,26 @@ class SatbenchSession:
         if call.when == "call" and isinstance(item, QuestionItem):
             # only the outcome travels to an xdist controller: the numbers come from the store;
             # it and the arms' verdicts also go on the reports as properties (plugin/compat.py)
-            outcome = self._compat.call_outcome(item, rep, self._outcomes.pop(item.nodeid, None))
+            outcome = self._outcomes.pop(item.nodeid, None)
+            if self._compat is not None:
+                outcome = self._compat.call_outcome(item, rep, outcome)
             if outcome is not None:
                 rep.satbench_outcome = outcome
             lines = self._drain_server_lines()
             if lines:
                 rep.satbench_lines = lines
-        elif call.when == "teardown" and isinstance(item, QuestionItem):
+        elif call.when == "teardown" and isinstance(item, QuestionItem) and self._compat is not None:
             self._compat.end_item(item)
         return rep
 
     def pytest_configure(self, config: pytest.Config) -> None:
-        # called as the session is registered (pytest_configure is historic)
-        from pytest_satbench.plugin import compat
+        # called as the session is registered (pytest_configure is historic); question items
+        # run only against servers, so a run without them (your own tests) never loads it
+        self._compat: Any = None
+        if self.settings.servers or self.settings.builtin_server:
+            from pytest_satbench.plugin import compat
 
-        self._compat = compat.register(config, self.settings)
+            self._compat = compat.register(config, self.settings)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
