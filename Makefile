@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test docs install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,11 +26,11 @@ COMPAT_PLUGINS := pytest-rerunfailures==16.7 pytest-json-report==1.5.0 pytest-me
 	pytest-benchmark==5.3.1 py-cpuinfo2==10.1.1
 
 # The tests need One-D-Piece's torch + torchvision + timm (the pair this machine serves from
-# local disk), the test extra (an independent HTTP client for the reference server's tests)
-# and the compatibility matrix's plugins.
+# local disk), the test extra (an independent HTTP client for the reference server's tests),
+# the compatibility matrix's plugins, and mkdocs (the docs extra: tests/test_docs.py builds the site).
 install-test: install
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install -q -e '.[onedpiece,test]'
+	$(BIN)/pip install -q -e '.[onedpiece,test,docs]'
 	rm -rf $(COMPAT_DIR)
 	$(BIN)/pip install -q --no-deps --target $(COMPAT_DIR) $(COMPAT_PLUGINS)
 
@@ -40,5 +40,10 @@ demo: install
 test: install-test
 	$(BIN)/pytest -q
 
+# The documentation site (mkdocs.yml, docs/) into build/site/; --strict fails on a broken link.
+docs: install
+	$(BIN)/pip install -q -e '.[docs]'
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .pytest_cache benchmarks/.pytest_cache reports/*/ $(COMPAT_DIR)
+	rm -rf $(VENV) .pytest_cache benchmarks/.pytest_cache reports/*/ $(COMPAT_DIR) build/site

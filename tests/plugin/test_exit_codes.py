@@ -21,7 +21,9 @@ BENCH = "from pytest_satbench import benchmark_test\ntest_rsvqa_lr = benchmark_t
 
 def readme_codes() -> dict[int, str]:
     text = README.read_text()
-    table = text[text.index("### Exit status"):text.index("## Options")]
+    start = text.index("## Exit status")
+    end = text.find("\n#", start)  # the next heading
+    table = text[start:end if end != -1 else None]
     return {int(code): meaning for code, meaning in re.findall(r"^\| (\d+) \| (.+) \|$", table, re.M)}
 
 

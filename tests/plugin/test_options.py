@@ -209,16 +209,17 @@ def test_a_bad_ini_value_is_one_line_naming_the_ini(pytester: pytest.Pytester) -
                                 "satbench_request_timeout: must be a positive number of seconds, got 'nan'")
 
 
-def test_the_readme_table_is_the_generated_one() -> None:
-    from pathlib import Path
+def test_the_docs_table_is_the_generated_one() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "options.md").read_text()
+    start = page.index("| option | default | meaning |")
+    end = page.find("\n\n", start)
+    table = page[start:end if end != -1 else None].splitlines()
+    assert table == markdown_rows(), (
+        "regenerate docs/options.md's table from plugin/options.py: python -c 'from "
+        "pytest_satbench.plugin.options import markdown_rows; print(*markdown_rows(), sep=chr(10))'")
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    start = readme.index("| option | default | meaning |")
-    table = readme[start:readme.index("\n\n", start)].splitlines()
-    assert table == markdown_rows(), "regenerate README's options table from plugin/options.py"
 
-
-def test_readme_rows_cover_the_table() -> None:
+def test_markdown_rows_cover_the_table() -> None:
     rows = markdown_rows()
     assert rows[0] == "| option | default | meaning |"
     assert len(rows) == 2 + len(OPTIONS)
