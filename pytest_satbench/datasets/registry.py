@@ -49,7 +49,7 @@ class Benchmark:
 
     name: str  # node ids and -k use it: test_<name>[<key>]
     kind: Kind
-    title: str  # one line for the header and the README table
+    title: str  # one line for the header and the benchmarks table (docs/datasets.md)
     # Paths (relative to the data root) the benchmark needs; glob patterns allowed. When one
     # is missing the benchmark is left out with one line saying where it looked.
     requires: tuple[str, ...]

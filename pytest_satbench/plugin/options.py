@@ -550,7 +550,7 @@ def parse_settings(config: pytest.Config) -> Settings:
 
 
 def markdown_rows(options: Sequence[Option] = OPTIONS) -> list[str]:
-    """README's options table, `| option | default | meaning |`, from the table."""
+    """docs/options.md's options table, `| option | default | meaning |`, from the table."""
 
     def cell(text: str) -> str:
         return text.replace("|", "\\|")
