@@ -1,7 +1,13 @@
-"""mkdocs hook: a line `<!-- docstring: pytest_satbench/core/scoring.py -->` in a page becomes
-that module's docstring, as a text block. The rules of scoring and statistics are written once,
-in their modules; the pages show them from there, so they cannot drift apart. A marker naming a
-file that is gone, or one without a docstring, fails the build."""
+"""mkdocs hooks.
+
+A line `<!-- docstring: pytest_satbench/core/scoring.py -->` in a page becomes that module's
+docstring, as a text block. The rules of scoring and statistics are written once, in their
+modules; the pages show them from there, so they cannot drift apart. A marker naming a file that
+is gone, or one without a docstring, fails the build.
+
+A table cell's code span keeps its pipes escaped (a backslash before each) in the pages, as
+GitHub needs; Python Markdown does not split a row inside a code span but would show the
+backslash, so it goes."""
 
 from __future__ import annotations
 
@@ -12,6 +18,12 @@ from pathlib import Path
 from mkdocs.exceptions import PluginError
 
 MARKER = re.compile(r"^<!-- docstring: (\S+) -->$", re.M)
+TABLE_ROW = re.compile(r"^\|.*\|$", re.M)
+CODE_SPAN = re.compile(r"`[^`]*`")
+
+
+def _unescape_code_pipes(row: re.Match[str]) -> str:
+    return CODE_SPAN.sub(lambda code: code.group(0).replace("\\|", "|"), row.group(0))
 
 
 def on_page_markdown(markdown, page, config, files):  # noqa: ANN001, ANN201 (mkdocs hook)
@@ -27,4 +39,5 @@ def on_page_markdown(markdown, page, config, files):  # noqa: ANN001, ANN201 (mk
             raise PluginError(f"{page.file.src_path}: {match.group(1)} has no module docstring")
         return f"From the docstring of `{match.group(1)}`:\n\n````text\n{text}\n````"
 
-    return MARKER.sub(docstring, markdown)
+    # the page's own tables first: a docstring is shown as it is written
+    return MARKER.sub(docstring, TABLE_ROW.sub(_unescape_code_pipes, markdown))
