@@ -37,12 +37,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_satbench.core import arms as A
-from pytest_satbench.core.labels import AVERAGE, NOTE, OVERALL, OVERALL_ONLY, Aggregate, Labels, notes
-from pytest_satbench.core.prompts import DEFAULT_STYLE, default_box_grid
-from pytest_satbench.core.question import ImageRef, Question, chance
+from pytest_satbench.core.labels import AVERAGE, NOTE, OVERALL, Aggregate, Labels, notes
+from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
-from pytest_satbench.core.judge import JUDGED_VIEW, judge_verdict, official_rules
-from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
+from pytest_satbench.core.scoring import Score, ScoreOptions, score
+from pytest_satbench.core.verdict import (
+    QuestionOutcome,
+    QuestionResult,
+    question_from,
+    question_options,
+    question_record,
+    reported_types,
+    score_options,
+    score_question,
+)
 from pytest_satbench.core.stats import (
     AggregateStats,
     ArmOutcome,
@@ -62,53 +70,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- records
-
-class _Verdicts:
-    """The verdicts read off a question's `rows` (arm -> ...) and `scores` (answered arms)."""
-
-    __slots__ = ()
-    rows: Mapping[str, Any]
-    scores: Mapping[str, Score]
-
-    def correct(self, arm: str) -> bool:
-        sc = self.scores.get(arm)
-        return bool(sc is not None and sc.correct)
-
-    @property
-    def regressed_arms(self) -> list[str]:
-        """Reconstruction arms that got wrong what the original got right."""
-        if not self.correct(A.ORIG):
-            return []
-        return [a for a in self.rows if A.is_recon(a) and not self.correct(a)]
-
-
-@dataclass(slots=True)
-class QuestionResult(_Verdicts):
-    """One question of the run with its stored row and fresh score per arm."""
-
-    nodeid: str
-    question: Question
-    types: tuple[str, ...]  # reported types (VRSBench merges some raw types)
-    rows: dict[str, AnswerRow]
-    scores: dict[str, Score]  # arms with an "ok" row only
-    chance: float | None
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class QuestionOutcome(_Verdicts):
-    """What the answer-level analysis (`core.analysis`) and the counts read of one question,
-    without its ids, texts or rows: a stand-in question with only the fields that decide its
-    answer classes (kind, ground truth, choices; key, text and image are blank), the reported
-    types, the status of each arm's row and each answered arm's score.
-
-    Questions that agree on all of that are one shared object (`BenchmarkResult.items` costs
-    a pointer per question); never mutate one."""
-
-    question: Question
-    types: tuple[str, ...]
-    rows: Mapping[str, str]  # arm -> its row's status ("ok" | "error"), the run's arm order
-    scores: Mapping[str, Score]  # arms with an "ok" row only
-
 
 @dataclass(slots=True)
 class ServerUsage:
@@ -207,6 +168,9 @@ class BenchmarkResult:
     run_questions: int = 0
     run_selected: int = 0
     limit: int | None = None
+    # (figure, type) -> that figure over one type's questions, each decided by the figure's
+    # verdict for it: the parts gates asked for (`benchmark_results(figure_parts=...)`)
+    figure_parts: dict[tuple[str, str], AggregateStats] = field(default_factory=dict)
 
     @property
     def questions(self) -> int:
@@ -224,43 +188,21 @@ class BenchmarkResult:
         those this run could compute."""
         return tuple(a for a in self.labels.figures(len(self.stats.by_type)) if a.name in self.figures)
 
+    @property
+    def headline(self) -> Aggregate | None:
+        """The figure a paper prints for this benchmark (its first declared figure: RSVQA's OA
+        under the original protocol, VRSBench's All under its rules, LHRS's accuracy)."""
+        declared = self.declared_figures()
+        return declared[0] if declared else None
 
-# --------------------------------------------------------------------------- questions
-
-def question_record(q: Question, prompt: str, sent_size: tuple[int, int] | None) -> dict[str, Any]:
-    """What reports need of a question, as plain JSON (kept with the run in the store).
-    `sent_size` is the geometry the image was sent at: answers on the pixel grid are
-    scored against it."""
-    return {
-        "key": q.key, "text": q.text, "answer": q.answer, "types": list(q.types), "kind": q.kind,
-        "choices": list(q.choices) if q.choices else None, "extra": [list(kv) for kv in q.extra],
-        "image_id": q.image.id, "image_path": q.image.path, "prompt": prompt,
-        "sent_size": list(sent_size) if sent_size else None,
-    }
-
-
-def question_from(bench: str, q: Mapping[str, Any]) -> Question:
-    """The inverse of `question_record`."""
-    path = q.get("image_path")
-    image = ImageRef(str(q["image_id"]), path=path) if path else ImageRef(str(q["image_id"]), data=b"")
-    return Question(
-        benchmark=bench,
-        key=str(q["key"]),
-        image=image,
-        text=str(q.get("text", "")),
-        answer=str(q.get("answer", "")),
-        types=tuple(q.get("types") or ()),
-        kind=q.get("kind") or "vqa",
-        choices=tuple(q["choices"]) if q.get("choices") else None,
-        extra=tuple((str(k), str(v)) for k, v in (q.get("extra") or ())),
-    )
-
-
-def score_options(protocol: Mapping[str, Any], views: frozenset[str] = frozenset()) -> ScoreOptions:
-    """The scoring conventions a run recorded in its protocol, with the benchmark's views."""
-    style = str(protocol.get("prompt_style") or DEFAULT_STYLE)
-    grid = protocol.get("box_grid") or default_box_grid(style)
-    return ScoreOptions(box_grid=str(grid), iou=str(protocol.get("iou") or "inclusive"), views=views)
+    def figure(self, name: str | None, qtype: str | None = None) -> tuple[Aggregate, AggregateStats | None] | None:
+        """A declared figure by name (None: the headline) and its statistics, over every
+        covered type or over `qtype` alone (a part asked for through `figure_parts`; None
+        when the figure does not cover that type). None: no such figure."""
+        agg = self.headline if name is None else next((a for a in self.declared_figures() if a.name == name), None)
+        if agg is None:
+            return None
+        return agg, (self.figures[agg.name] if qtype is None else self.figure_parts.get((agg.name, qtype)))
 
 
 # --------------------------------------------------------------------------- the route
@@ -282,13 +224,16 @@ def benchmark_results(
     unfinished: bool = False,
     each: Callable[[QuestionResult], None] | None = None,
     coverage: Coverage | None = None,
+    figure_parts: Iterable[tuple[str | None, str]] = (),
 ) -> BenchmarkResult:
     """Score, count and summarise one benchmark of a run from its stored rows:
     `stored` is (node id, question record, {arm: row}) per question, as the store gives it,
     read once; with a fourth element, the arms of those rows that `run_id` recorded (a tag's
     report also covers questions and arms only its earlier runs recorded: `coverage` names those
     runs; without it the result is `run_id`'s alone). `each` is called with every question's full result as
-    it is scored (the report files that list every answer write it there; it is not kept)."""
+    it is scored (the report files that list every answer write it there; it is not kept).
+    `figure_parts`: (figure name or None for the headline, type) pairs to compute the figure
+    over that type alone as well (per-type gates; `BenchmarkResult.figure`)."""
     shared = _Shared()
     scorer = _ScoreMemo()
     tally = _Tally(run_id)
@@ -300,10 +245,7 @@ def benchmark_results(
         mine: Container[str] | None = entry[3] if len(entry) > 3 else None  # type: ignore[misc]
         own += mine is None or bool(mine)
         q = question_from(benchmark, qdict)
-        o = options
-        if options.box_grid == "pixels" and q.kind == "ref":
-            size = qdict.get("sent_size")
-            o = ScoreOptions(options.box_grid, options.iou, tuple(size) if size else None, options.views)
+        o = question_options(options, q, qdict.get("sent_size"))
         item, record = _score_question(nodeid, q, rows, o, reported_type, scorer, shared)
         items.append(shared.outcome(item))
         records.append(record)
@@ -320,6 +262,16 @@ def benchmark_results(
                                       iterations=iterations, seed=seed, prepared=prepared)
         for agg in labels.figures(len(stats.by_type)) if _computable(agg, set(stats.by_type), set(names))
     }
+    parts: dict[tuple[str, str], AggregateStats] = {}
+    declared = [a for a in labels.figures(len(stats.by_type)) if a.name in figures]
+    for name, qtype in figure_parts:
+        agg = declared[0] if name is None and declared else next((a for a in declared if a.name == name), None)
+        if agg is None or qtype not in stats.by_type or (agg.types and qtype not in agg.types):
+            continue
+        if (agg.name, qtype) not in parts:
+            parts[agg.name, qtype] = summarize_aggregate(
+                records, weighting="questions", types=(qtype,), verdict=agg.verdict,
+                iterations=iterations, seed=seed, prepared=prepared)
     selected = int((protocol.get("planned") or {}).get(benchmark, 0))
     if coverage is None:
         coverage = Coverage((run_id,), selected, protocol.get("limit") or None, selected)
@@ -331,6 +283,7 @@ def benchmark_results(
         not_run=max(0, coverage.planned - len(items)), unfinished=unfinished,
         clipped_by_arm=dict(tally.clipped),
         runs=coverage.runs, run_questions=own, run_selected=coverage.run_selected, limit=coverage.limit,
+        figure_parts=parts,
     )
 
 
@@ -352,11 +305,9 @@ class _Shared:
         return got
 
     def record(self, key: str, image: str, types: tuple[str, ...], outcomes: dict[str, ArmOutcome],
-               chance: float | None, views: dict[str, dict[str, float]], okey: tuple[Any, ...],
-               vkey: tuple[Any, ...] | None) -> QuestionRecord:
-        """`okey` decides `outcomes` and `vkey` decides `views` (None: key the views by their values)."""
-        if vkey is None:
-            vkey = ("values", *((arm, tuple(v.items())) for arm, v in views.items()))
+               chance: float | None, views: dict[str, dict[str, float]], okey: tuple[Any, ...]) -> QuestionRecord:
+        """`okey` decides `outcomes`; the views are keyed by their values."""
+        vkey = tuple((arm, tuple(v.items())) for arm, v in views.items())
         return QuestionRecord(
             key,
             self._one(("image", image), lambda: image),
@@ -367,7 +318,7 @@ class _Shared:
         )
 
     def types(self, raw: tuple[str, ...], reported_type: Callable[[str], str]) -> tuple[str, ...]:
-        return self._one(("types", raw), lambda: _reported_types(raw, reported_type))
+        return self._one(("types", raw), lambda: reported_types(raw, reported_type))
 
     def outcome(self, it: QuestionResult) -> QuestionOutcome:
         q = it.question
@@ -586,52 +537,26 @@ def _score_question(
     reported_type: Callable[[str], str], score: Callable[[Question, str, ScoreOptions], Score] = score,
     shared: _Shared | None = None,
 ) -> tuple[QuestionResult, QuestionRecord]:
-    scores: dict[str, Score] = {}
+    """The question's verdict (`core.verdict.score_question`, as its item got it) and what the
+    statistics read of it."""
+    types = shared.types(q.types, reported_type) if shared is not None else reported_types(q.types, reported_type)
+    item = score_question(nodeid, q, rows, options, types=types, score=score)
     outcomes: dict[str, ArmOutcome] = {}
-    views: dict[str, dict[str, float]] = {}
-    empty: Score | None = None
-    # what decides the record's outcomes and views, as plain tuples (hashed to share them)
-    okey: list[tuple[Any, ...]] = []
-    vkey: list[tuple[str, tuple[tuple[str, float], ...]]] = []
+    okey: list[tuple[Any, ...]] = []  # what decides the outcomes, as plain tuples (hashed to share them)
     for arm, row in rows.items():
-        if A.is_judge(arm):
-            continue  # a verdict on another arm's answer, not an answer (see _judged below)
+        if A.is_judge(arm) or A.is_repeat(arm):
+            continue  # verdicts on answers and the noise floor's asks: not arms of the comparison
         if row.status == "ok":
-            sc = score(q, row.text or "", options)
-            scores[arm] = sc
-            if A.is_repeat(arm):
-                continue  # --repeat-orig asks: the noise floor, not an arm of the comparison
+            sc = item.scores[arm]
             truncated = row.finish_reason == "length"
             outcomes[arm] = _arm_outcome("ok", sc.correct, sc.parsed, truncated)
             okey.append((arm, sc.correct, sc.parsed, truncated))
-            arm_views = sc.views
-        elif A.is_repeat(arm):
-            continue
         else:
             outcomes[arm] = _arm_outcome("error", False, False, False)
             okey.append((arm,))
-            if empty is None:
-                empty = score(q, "", options)
-            arm_views = empty.views
-        vkey.append((arm, arm_views))
-        if arm_views:
-            views[arm] = dict(arm_views)
-    judged = JUDGED_VIEW in options.views and q.kind == "vqa"
-    if judged:
-        _judged(q, rows, scores, views, options)
-    types = shared.types(q.types, reported_type) if shared is not None else _reported_types(q.types, reported_type)
-    ch = chance(q)
-    item = QuestionResult(nodeid, q, types, rows, scores, ch)
     if shared is not None:
-        # a judge's verdicts change the views after the fact: those are keyed by their values
-        return item, shared.record(q.key, q.image.id, types, outcomes, ch, views, tuple(okey),
-                                   None if judged else tuple(vkey))
-    return item, QuestionRecord(q.key, q.image.id, types, outcomes, ch, views)
-
-
-def _reported_types(raw: tuple[str, ...], reported_type: Callable[[str], str]) -> tuple[str, ...]:
-    # a raw type reported as OVERALL_ONLY counts in the overall figures only
-    return tuple(dict.fromkeys(t for t in map(reported_type, raw) if t != OVERALL_ONLY)) if raw else ("all",)
+        return item, shared.record(q.key, q.image.id, types, outcomes, item.chance, item.views, tuple(okey))
+    return item, QuestionRecord(q.key, q.image.id, types, outcomes, item.chance, item.views)
 
 
 _OUTCOMES: dict[tuple[str, bool, bool, bool], ArmOutcome] = {}
@@ -644,21 +569,6 @@ def _arm_outcome(status: str, correct: bool, parsed: bool, truncated: bool) -> A
     if got is None:
         got = _OUTCOMES[key] = ArmOutcome(*key)
     return got
-
-
-def _judged(q: Question, rows: Mapping[str, AnswerRow], scores: Mapping[str, Score],
-            views: dict[str, dict[str, float]], options: ScoreOptions) -> None:
-    """VRSBench's official protocol: where its rules leave an answer undecided and the run asked
-    the judge (`--judge`), the judge's verdict is the official view's value. Without a verdict
-    (no judge, or the judge failed: an error row) the value stays the rules' 0."""
-    if JUDGED_VIEW not in options.views or q.kind != "vqa":
-        return
-    for arm, value in views.items():
-        verdict = rows.get(A.judge_arm(arm))
-        if verdict is None or verdict.status != "ok" or arm not in scores or JUDGED_VIEW not in value:
-            continue
-        if official_rules(q.answer, final_answer(rows[arm].text or "")) is None:
-            value[JUDGED_VIEW] = float(judge_verdict(verdict.text or ""))
 
 
 def noise_floor(items: Iterable[QuestionResult]) -> NoiseFloor | None:

@@ -252,6 +252,9 @@ class ScoreOptions:
     # "lhrs_official" (LHRS-Bot's first-character rule), "reordered" (grounding boxes with
     # reversed corners reordered, beside the official IoU 0).
     views: frozenset[str] = frozenset()
+    # the prompt convention the run used: which model resizing `image_size` follows
+    # (`core.verdict.question_options`)
+    prompt_style: str = "geocot"
 
     def __post_init__(self) -> None:
         if self.box_grid not in BOX_GRIDS:

@@ -20,6 +20,7 @@ from pytest_satbench.core.arms import BLIND, image_arm, is_repeat, judge_arm, re
 from pytest_satbench.core.question import Question
 from pytest_satbench.core.redact import redact
 from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
+from pytest_satbench.core.verdict import QuestionResult, score_question
 from pytest_satbench.engine.client import Answer, RequestFailed, ServerPool
 from pytest_satbench.engine.fingerprint import AskSettings, arm_fingerprint
 from pytest_satbench.engine.images import ImageError, ImagePipeline, PreparedImage
@@ -38,6 +39,7 @@ class ArmResult:
     latency_s: float | None = None
     image_tokens: int | None = None
     fingerprint: str | None = None  # the store key it was kept under, when a fresh answer
+    row: AnswerRow | None = field(default=None, repr=False)  # the row it is (stored, unless the store failed)
 
     @property
     def correct(self) -> bool:
@@ -55,6 +57,10 @@ class ItemResult:
     fingerprints: dict[str, str] = field(default_factory=dict)  # store key per arm
     prompt: str = ""
     sent_size: tuple[int, int] | None = None  # the geometry every image arm was sent at
+    # the question's verdict, the same record its reports build from the stored rows (set when
+    # the item completes; `core.verdict`): the item's letter, properties and messages read it
+    record: QuestionResult | None = field(default=None, repr=False)
+    verdict_error: str | None = None  # why there is no record (a scorer bug; one line for the item)
 
     @property
     def errors(self) -> list[ArmResult]:
@@ -162,8 +168,9 @@ class QuestionRunner:
         if self.store.failure is not None:
             # nothing is asked that could not be kept
             for arm in self.arms_for(job):
-                result.arms[arm] = ArmResult(arm, "error", error=str(self.store.failure))
-            _complete(done, result)
+                err = str(self.store.failure)
+                result.arms[arm] = ArmResult(arm, "error", error=err, row=self._error_row(job, arm, "", err))
+            self._complete(job, result, None, done)
             return done
         try:
             fps, size = self.fingerprints(job)
@@ -175,9 +182,10 @@ class QuestionRunner:
             for arm in self.arms_for(job):
                 fp = f"unreadable-image:{arm}"
                 result.fingerprints[arm] = fp
-                self.store.put(self._error_row(job, arm, fp, str(exc)))
-                result.arms[arm] = ArmResult(arm, "error", error=str(exc))
-            _complete(done, result)
+                row = self._error_row(job, arm, fp, str(exc))
+                self.store.put(row)
+                result.arms[arm] = ArmResult(arm, "error", error=str(exc), row=row)
+            self._complete(job, result, None, done)
             return done
 
         stored = self._stored(job.nodeid, list(fps.items()))
@@ -212,12 +220,14 @@ class QuestionRunner:
 
         def ask(arm: str, prepared: PreparedImage | None) -> None:
             if self.store.failure is not None:  # the store failed while this waited its turn
-                finish_one(ArmResult(arm, "error", error=str(self.store.failure)))
+                err = str(self.store.failure)
+                finish_one(ArmResult(arm, "error", error=err, row=self._error_row(job, arm, fps[arm], err)))
                 return
             try:
                 finish_one(self._ask(job, arm, fps[arm], prepared, size))
             except BaseException as exc:  # never leave an item waiting forever
-                finish_one(ArmResult(arm, "error", error=f"{type(exc).__name__}: {exc}"))
+                err = f"{type(exc).__name__}: {exc}"
+                finish_one(ArmResult(arm, "error", error=err, row=self._error_row(job, arm, fps[arm], err)))
 
         image_arms = [a for a in missing if a != BLIND]
         if BLIND in missing:
@@ -232,7 +242,7 @@ class QuestionRunner:
                         err = str(exc) if isinstance(exc, ImageError) else f"{type(exc).__name__}: {exc}"
                         row = self._error_row(job, arm, fps[arm], err)
                         self.store.put(row)
-                        finish_one(ArmResult(arm, "error", error=err))
+                        finish_one(ArmResult(arm, "error", error=err, row=row))
                     else:
                         self._requests.submit(ask, arm, f.result())
 
@@ -246,17 +256,18 @@ class QuestionRunner:
         try:
             asks = self._judge_asks(job, result, size)
         except BaseException as exc:  # never leave an item waiting forever
-            result.arms[judge_arm("*")] = ArmResult(judge_arm("*"), "error", error=f"{type(exc).__name__}: {exc}")
+            arm, err = judge_arm("*"), f"{type(exc).__name__}: {exc}"
+            result.arms[arm] = ArmResult(arm, "error", error=err, row=self._error_row(job, arm, "", err))
             asks = []
         if not asks:
-            _complete(done, result)
+            self._complete(job, result, size, done)
             return
         stored = self._stored(job.nodeid, [(arm, fp) for arm, _, fp in asks])
         for arm, row in stored.items():
-            result.arms[arm] = ArmResult(arm, "ok", text=row.text, from_store=True, latency_s=row.latency_s)
+            result.arms[arm] = ArmResult(arm, "ok", text=row.text, from_store=True, latency_s=row.latency_s, row=row)
         missing = [a for a in asks if a[0] not in stored]
         if not missing:
-            _complete(done, result)
+            self._complete(job, result, size, done)
             return
         pending = [len(missing)]
 
@@ -264,13 +275,14 @@ class QuestionRunner:
             try:
                 got = self._ask_judge(job, arm, prompt, fp)
             except BaseException as exc:
-                got = ArmResult(arm, "error", error=f"{type(exc).__name__}: {exc}")
+                err = f"{type(exc).__name__}: {exc}"
+                got = ArmResult(arm, "error", error=err, row=self._error_row(job, arm, fp, err))
             with self._lock:
                 result.arms[arm] = got
                 pending[0] -= 1
                 last = pending[0] == 0
             if last:
-                _complete(done, result)
+                self._complete(job, result, size, done)
 
         for arm, prompt, fp in missing:
             self._requests.submit(one, arm, prompt, fp)
@@ -301,18 +313,21 @@ class QuestionRunner:
             answer = self.judge.pool.ask(model=self.judge.model, prompt=prompt, image_jpeg=None,
                                          max_tokens=J.JUDGE_MAX_TOKENS, temperature=0.0)
         except RequestFailed as exc:
-            self.store.put(self._error_row(job, arm, fp, f"judge: {exc}"))
-            return ArmResult(arm, "error", error=f"judge: {exc}")
+            row = self._error_row(job, arm, fp, f"judge: {exc}")
+            self.store.put(row)
+            return ArmResult(arm, "error", error=f"judge: {exc}", row=row)
         verdict = J.judge_verdict(answer.text)
-        self.store.put(AnswerRow(
+        row = AnswerRow(
             nodeid=job.nodeid, arm=arm, fingerprint=fp, status="ok", benchmark=job.question.benchmark,
             question_key=job.question.key, image_id=job.question.image.id, text=answer.text,
             extracted=answer.text.strip()[:32], correct=verdict, parsed=True, finish_reason=answer.finish_reason,
             latency_s=answer.latency_s, prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
             cost=answer.cost, model=answer.model, server=answer.server, attempts=answer.attempts, run_id=self.run_id,
             clipped=answer.clipped,
-        ))
-        return ArmResult(arm, "ok", text=answer.text, finish_reason=answer.finish_reason, latency_s=answer.latency_s)
+        )
+        self.store.put(row)
+        return ArmResult(arm, "ok", text=answer.text, finish_reason=answer.finish_reason, latency_s=answer.latency_s,
+                         row=row)
 
     # ------------------------------------------------------------------ one request
     def _ask(self, job: Job, arm: str, fp: str, prepared: PreparedImage | None, size: tuple[int, int] | None) -> ArmResult:
@@ -327,41 +342,42 @@ class QuestionRunner:
                 temperature=self.settings.temperature,
             )
         except RequestFailed as exc:
-            self.store.put(self._error_row(job, arm, fp, str(exc)))
-            return ArmResult(arm, "error", error=str(exc))
+            row = self._error_row(job, arm, fp, str(exc))
+            self.store.put(row)
+            return ArmResult(arm, "error", error=str(exc), row=row)
         sc = score(job.question, answer.text, self.score_options(job.question, size))
         if answer.model and answer.model != self.settings.model:  # an allowed alias answered
             fp = self.fingerprints(job, answer.model)[0][arm]
-        self.store.put(
-            AnswerRow(
-                nodeid=job.nodeid,
-                arm=arm,
-                fingerprint=fp,
-                status="ok",
-                benchmark=job.question.benchmark,
-                question_key=job.question.key,
-                image_id=job.question.image.id,
-                text=answer.text,
-                extracted=sc.extracted,
-                correct=sc.correct,
-                parsed=sc.parsed,
-                finish_reason=answer.finish_reason,
-                latency_s=answer.latency_s,
-                prompt_tokens=answer.prompt_tokens,
-                completion_tokens=answer.completion_tokens,
-                cost=answer.cost,
-                model=answer.model,
-                server=answer.server,
-                attempts=answer.attempts,
-                image_sha256=arm_image.sha256 if arm_image else None,
-                image_tokens=arm_image.tokens if arm_image else None,
-                run_id=self.run_id,
-                clipped=answer.clipped,
-            )
+        row = AnswerRow(
+            nodeid=job.nodeid,
+            arm=arm,
+            fingerprint=fp,
+            status="ok",
+            benchmark=job.question.benchmark,
+            question_key=job.question.key,
+            image_id=job.question.image.id,
+            text=answer.text,
+            extracted=sc.extracted,
+            correct=sc.correct,
+            parsed=sc.parsed,
+            finish_reason=answer.finish_reason,
+            latency_s=answer.latency_s,
+            prompt_tokens=answer.prompt_tokens,
+            completion_tokens=answer.completion_tokens,
+            cost=answer.cost,
+            model=answer.model,
+            server=answer.server,
+            attempts=answer.attempts,
+            image_sha256=arm_image.sha256 if arm_image else None,
+            image_tokens=arm_image.tokens if arm_image else None,
+            run_id=self.run_id,
+            clipped=answer.clipped,
         )
+        self.store.put(row)
         return ArmResult(
             arm, "ok", text=answer.text, score=sc, finish_reason=answer.finish_reason,
             latency_s=answer.latency_s, image_tokens=arm_image.tokens if arm_image else None, fingerprint=fp,
+            row=row,
         )
 
     def _from_row(self, job: Job, row: AnswerRow, size: tuple[int, int] | None) -> ArmResult:
@@ -369,7 +385,7 @@ class QuestionRunner:
         sc = score(job.question, row.text or "", self.score_options(job.question, size))
         return ArmResult(
             row.arm, "ok", text=row.text, score=sc, finish_reason=row.finish_reason,
-            from_store=True, latency_s=row.latency_s, image_tokens=row.image_tokens,
+            from_store=True, latency_s=row.latency_s, image_tokens=row.image_tokens, row=row,
         )
 
     def _error_row(self, job: Job, arm: str, fp: str, error: str) -> AnswerRow:
@@ -378,6 +394,18 @@ class QuestionRunner:
             benchmark=job.question.benchmark, question_key=job.question.key,
             image_id=job.question.image.id, error=redact(error), run_id=self.run_id,
         )
+
+    def _complete(self, job: Job, result: ItemResult, size: tuple[int, int] | None, done: Future[ItemResult]) -> None:
+        """Complete the item with its verdict: the record its reports build from the same rows
+        (`core.verdict.score_question`), with the scores each answer got as it arrived."""
+        try:
+            rows = {arm: a.row for arm, a in result.arms.items() if a.row is not None}
+            scores = {arm: a.score for arm, a in result.arms.items() if a.score is not None}
+            result.record = score_question(job.nodeid, job.question, rows, self.score_options(job.question, size),
+                                           scores=scores)
+        except BaseException as exc:  # a bug here must not leave the item waiting forever
+            result.record, result.verdict_error = None, f"scoring failed: {type(exc).__name__}: {exc}"
+        _complete(done, result)
 
     def close(self) -> None:
         self._requests.shutdown()

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from typing import Protocol
 
 from pytest_satbench.codecs.base import build_codecs
-from pytest_satbench.core import prompts
+from pytest_satbench.core import prompts, verdict
 from pytest_satbench.core.question import Question
 from pytest_satbench.core.records import LimitTrace, ServerTraffic
 from pytest_satbench.core.scoring import ScoreOptions
@@ -125,19 +125,14 @@ class Runtime:
         # retries per server); written before the store closes, on every path.
         stack.callback(self._record_traffic)
         settings = AskSettings(model=self.model, max_tokens=cfg.max_new, temperature=0.0, prompt_style=cfg.prompt_style)
-        box_grid = cfg.box_grid or prompts.default_box_grid(cfg.prompt_style)
-        options: dict[str, ScoreOptions] = {}
+        bases: dict[str, ScoreOptions] = {}
 
         def score_options(q: Question, size: tuple[int, int] | None) -> ScoreOptions:
-            base = options.get(q.benchmark)
+            # from the protocol this run records, as every report of it rebuilds them
+            base = bases.get(q.benchmark)
             if base is None:
-                base = options[q.benchmark] = ScoreOptions(
-                    box_grid=box_grid, iou=cfg.iou, views=cfg.score_views.get(q.benchmark, frozenset()),
-                )
-            if not size:
-                return base
-            # boxes on the pixel grid are in the image the model saw (Qwen2.5-VL resizes it)
-            return ScoreOptions(base.box_grid, base.iou, prompts.model_image_size(cfg.prompt_style, size), base.views)
+                base = bases[q.benchmark] = verdict.score_options(proto, cfg.score_views.get(q.benchmark, frozenset()))
+            return verdict.question_options(base, q, size)
 
         self.runner = QuestionRunner(
             run_id=cfg.run_id, pool=self.pool, images=self.images, store=self.store, settings=settings,

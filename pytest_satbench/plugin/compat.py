@@ -47,7 +47,6 @@ from pytest_satbench.plugin.outcomes import ERROR, IMPROVED, REGRESSED, WRONG
 from pytest_satbench.plugin.protocol import QuestionReports, drop_tmp_path_record
 
 if TYPE_CHECKING:
-    from pytest_satbench.engine.runtime import Runtime
     from pytest_satbench.plugin.options import Settings
 
 NAME = "satbench-compat"
@@ -93,7 +92,6 @@ class Compat:
         self._standard: tuple[str, ...] | None = None  # decided once, see `standard`
         self._phases_made: bool | None = None
         self._said = False
-        self._watched: Any = None  # the runtime whose results are watched (`watch`)
         self.counts: Counter[str] = Counter()  # outcomes of the call reports seen (html, sugar)
         self._sugar = False
 
@@ -152,24 +150,6 @@ class Compat:
             except ValueError:
                 return name
         return name
-
-    def watch(self, runtime: Runtime) -> None:
-        """Keep each question item's per-arm verdicts for its properties: the runtime's
-        `result` is wrapped once, and the verdicts wait on the item until its call report."""
-        if self._watched is runtime:
-            return
-        self._watched = runtime
-        result = runtime.result
-
-        def watched(item: Any, give_up_after: float | None = None) -> Any:
-            got = result(item, give_up_after=give_up_after)
-            try:
-                item.satbench_arms = tuple((name, verdict(arm)) for name, arm in got.arms.items())
-            except AttributeError:  # not an item of ours
-                pass
-            return got
-
-        runtime.result = watched  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------ reports
     def call_outcome(self, item: pytest.Item, report: pytest.TestReport, outcome: str | None) -> str | None:
@@ -328,12 +308,6 @@ def reruns_asked(config: pytest.Config) -> str | None:
         if reruns:
             return f"reruns = {reruns} in the ini file"
     return f"--reruns {reruns}" if reruns else None
-
-
-def verdict(arm: Any) -> str:
-    if arm.status != "ok":
-        return "error"
-    return "correct" if arm.correct else "wrong"
 
 
 def properties(outcome: str, arms: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -17,47 +17,41 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_satbench.core.arms import ORIG, is_recon
+from pytest_satbench.core.verdict import CORRECT, ERROR, IMPROVED, REGRESSED, SAME, WRONG
 
 if TYPE_CHECKING:
+    from pytest_satbench.core.verdict import QuestionResult
     from pytest_satbench.engine.answering import ItemResult
 
-SAME, REGRESSED, IMPROVED, WRONG, CORRECT, ERROR = "same", "regressed", "improved", "wrong", "correct", "error"
+__all__ = ["CORRECT", "ERROR", "IMPROVED", "REGRESSED", "SAME", "WRONG", "classify", "failure_message",
+           "regression_message", "teststatus"]
 
 
 def classify(result: ItemResult) -> str:
-    if result.errors:
-        return ERROR
-    orig = result.arms[ORIG].correct
-    recon = [a for name, a in result.arms.items() if is_recon(name)]
-    if not recon:
-        return CORRECT if orig else WRONG
-    if orig and any(not a.correct for a in recon):
-        return REGRESSED
-    if not orig and any(a.correct for a in recon):
-        return IMPROVED
-    return SAME
+    """The item's outcome: its record's (`core.verdict.Verdicts.outcome`, the one rule)."""
+    return result.record.outcome if result.record is not None else ERROR
 
 
 def failure_message(result: ItemResult) -> str:
     """One line for the terminal and junit XML; a server may echo a credential in its error."""
     from pytest_satbench.core.redact import redact
 
-    return redact("; ".join(f"{a.arm}: {a.error}" for a in result.errors))
+    record = result.record
+    if record is None:
+        return redact(result.verdict_error or "no verdict")
+    return redact("; ".join(f"{arm}: {record.rows[arm].error}" for arm in record.failed_arms))
 
 
-def regression_message(result: ItemResult) -> str:
-    q = result.question
-    orig = result.arms[ORIG]
-    bits = [f"expected {q.answer!r}", f"orig answered {_short(orig)}"]
-    for name, a in result.arms.items():
-        if is_recon(name) and not a.correct:
-            bits.append(f"{name} answered {_short(a)}")
+def regression_message(record: QuestionResult) -> str:
+    q = record.question
+    bits = [f"expected {q.answer!r}", f"orig answered {_short(record, 'orig')}"]
+    bits += [f"{arm} answered {_short(record, arm)}" for arm in record.regressed_arms]
     return "REGRESSED: " + ", ".join(bits)
 
 
-def _short(a: Any) -> str:
-    text = a.score.extracted if a.score is not None else (a.text or "")
+def _short(record: QuestionResult, arm: str) -> str:
+    sc = record.scores.get(arm)
+    text = sc.extracted if sc is not None else (record.rows[arm].text or "")
     text = " ".join(str(text).split())
     return repr(text[:60] + ("..." if len(text) > 60 else ""))
 

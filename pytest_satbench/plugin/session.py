@@ -341,7 +341,6 @@ class SatbenchSession:
         if isinstance(item, QuestionItem) and self._runtime is not None:
             if self._compat is None:  # (a runtime has servers, so this is not expected)
                 return run_question_item(item, nextitem)
-            self._compat.watch(self._runtime)
             if self._compat.lean:
                 return run_question_item(item, nextitem, phases_made=self._compat.phases_made)
         return None  # pytest's own protocol (for question items: a plugin needs it, plugin/compat.py)
@@ -394,10 +393,13 @@ class SatbenchSession:
             ))
         outcome = classify(result)
         self._outcomes[item.nodeid] = outcome
+        if result.record is not None and self._compat is not None:
+            item.satbench_arms = result.record.arm_verdicts()  # its properties (plugin/compat.py)
         if outcome == ERROR:
             raise QuestionFailed(failure_message(result))
         if outcome == REGRESSED and self.settings.fail_on == "regression":
-            raise QuestionFailed(regression_message(result))
+            assert result.record is not None
+            raise QuestionFailed(regression_message(result.record))
 
     # ------------------------------------------------------------------ --lf resumes
     # pytest's --lf reruns the items its cache lists as failed. Items a stopped run (Ctrl-C, -x,
@@ -552,12 +554,13 @@ class SatbenchSession:
         gc.disable()
         try:
             self.results = collect(store, self.run_id, iterations=self.settings.bootstrap,
-                                   each=reports.each if reports is not None else None)
+                                   each=reports.each if reports is not None else None,
+                                   figure_parts=lambda bench: gates.figure_parts(self.settings.gates, bench))
             traffic = store.traffic(self.run_id)  # this run's own: a report may cover earlier runs too
             self.sent = sum(t.requests for t in traffic.values()) if traffic else None
             if not self.results:
                 return
-            self.gate_results = gates.evaluate(list(self.settings.gates), {r.benchmark: r.stats for r in self.results})
+            self.gate_results = gates.evaluate(list(self.settings.gates), {r.benchmark: r for r in self.results})
             if any(not g.passed for g in self.gate_results) and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = gates.GATE_FAILED_EXIT
             if reports is not None:

@@ -1,0 +1,241 @@
+"""One question's verdict: how its answers are scored and what they say, in one place.
+
+The item's letter while a run goes on (`engine/answering.py` completes every item with a
+`QuestionResult`), its properties (junit, json-report, html, sugar), `--fail-on regression`,
+the terminal summary, the gates and every report file read a question's verdict from the same
+record, built by the same function (`score_question`) with options built the same way
+(`question_options`) from what the run recorded in its protocol. Two paths that each built
+their own options once scored a Qwen2.5-VL box against two image sizes (the item against the
+504x504 image the model saw, the report against the 512x512 one sent): a correct small box had
+IoU 1.0 on the item and 0.455 in the report. Nothing outside this module decides a question's
+outcome.
+
+Outcomes (`Verdicts.outcome`), the one copy of the rule:
+  error      some arm (a judge's verdict or a --repeat-orig ask included) has no answer
+  correct    no reconstruction arm ran and the original is right
+  wrong      no reconstruction arm ran and the original is wrong
+  regressed  the original is right and some reconstruction wrong
+  improved   the original is wrong and some reconstruction right (none regressed)
+  same       every reconstruction agrees with the original on correctness
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+from pytest_satbench.core import arms as A
+from pytest_satbench.core.judge import JUDGED_VIEW, judge_verdict, official_rules
+from pytest_satbench.core.labels import OVERALL_ONLY
+from pytest_satbench.core.prompts import DEFAULT_STYLE, default_box_grid, model_image_size
+from pytest_satbench.core.question import ImageRef, Question, chance
+from pytest_satbench.core.records import AnswerRow
+from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
+
+__all__ = [
+    "CORRECT", "ERROR", "IMPROVED", "OUTCOMES", "QuestionOutcome", "QuestionResult", "REGRESSED", "SAME",
+    "Verdicts", "WRONG", "question_from", "question_options", "question_record", "score_options",
+    "score_question",
+]
+
+SAME, REGRESSED, IMPROVED, WRONG, CORRECT, ERROR = "same", "regressed", "improved", "wrong", "correct", "error"
+OUTCOMES = (SAME, CORRECT, WRONG, REGRESSED, IMPROVED, ERROR)
+
+
+# --------------------------------------------------------------------------- options
+
+def score_options(protocol: Mapping[str, Any], views: frozenset[str] = frozenset()) -> ScoreOptions:
+    """The scoring conventions a run recorded in its protocol (prompt style, box grid, IoU),
+    with the benchmark's views: the live run and every report build them from the same record."""
+    style = str(protocol.get("prompt_style") or DEFAULT_STYLE)
+    grid = protocol.get("box_grid") or default_box_grid(style)
+    return ScoreOptions(box_grid=str(grid), iou=str(protocol.get("iou") or "inclusive"), views=views,
+                        prompt_style=style)
+
+
+def question_options(options: ScoreOptions, q: Question, sent_size: Any) -> ScoreOptions:
+    """The options one question is scored with: boxes on the pixel grid are in the image the
+    model saw, which is the size the image was sent at (`sent_size`, recorded with the
+    question) unless the prompt style's model resizes it (Qwen2.5-VL: 512x512 is seen at
+    504x504, `prompts.model_image_size`)."""
+    if options.box_grid != "pixels" or q.kind != "ref" or not sent_size:
+        return options
+    return _sized(options, (int(sent_size[0]), int(sent_size[1])))
+
+
+@lru_cache(maxsize=256)
+def _sized(options: ScoreOptions, sent_size: tuple[int, int]) -> ScoreOptions:
+    return replace(options, image_size=model_image_size(options.prompt_style, sent_size))
+
+
+# --------------------------------------------------------------------------- records
+
+def _status(row: Any) -> str:
+    return row if isinstance(row, str) else row.status
+
+
+class Verdicts:
+    """The verdicts read off a question's `rows` (arm -> row, or its status) and `scores`
+    (answered arms)."""
+
+    __slots__ = ()
+    rows: Mapping[str, Any]
+    scores: Mapping[str, Score]
+
+    def correct(self, arm: str) -> bool:
+        sc = self.scores.get(arm)
+        return bool(sc is not None and sc.correct)
+
+    @property
+    def regressed_arms(self) -> list[str]:
+        """Reconstruction arms that got wrong what the original got right."""
+        if not self.correct(A.ORIG):
+            return []
+        return [a for a in self.rows if A.is_recon(a) and not self.correct(a)]
+
+    @property
+    def failed_arms(self) -> list[str]:
+        """Arms with no answer (an error row), in the run's arm order."""
+        return [a for a, r in self.rows.items() if _status(r) != "ok"]
+
+    @property
+    def outcome(self) -> str:
+        """The question's outcome (module docstring)."""
+        if self.failed_arms:
+            return ERROR
+        orig = self.correct(A.ORIG)
+        recon = [a for a in self.rows if A.is_recon(a)]
+        if not recon:
+            return CORRECT if orig else WRONG
+        if orig and any(not self.correct(a) for a in recon):
+            return REGRESSED
+        if not orig and any(self.correct(a) for a in recon):
+            return IMPROVED
+        return SAME
+
+    def arm_verdicts(self) -> tuple[tuple[str, str], ...]:
+        """(arm, "correct" | "wrong" | "error") per arm, in the run's arm order."""
+        return tuple(
+            (a, "error" if _status(r) != "ok" else "correct" if self.correct(a) else "wrong")
+            for a, r in self.rows.items()
+        )
+
+
+@dataclass(slots=True)
+class QuestionResult(Verdicts):
+    """One question with its rows and fresh score per arm: what an item completes with and
+    what the reports read, the same record."""
+
+    nodeid: str
+    question: Question
+    types: tuple[str, ...]  # reported types (VRSBench merges some raw types)
+    rows: dict[str, AnswerRow]
+    scores: dict[str, Score]  # arms with an "ok" row only
+    chance: float | None
+    # per arm (no judge or repeat arms), its per-question views: the scorer's, an error's the
+    # value an empty answer gets, VRSBench's official view with the judge's verdict applied
+    views: dict[str, dict[str, float]] = field(default_factory=dict)
+    options: ScoreOptions = ScoreOptions()  # what it was scored with
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class QuestionOutcome(Verdicts):
+    """What the answer-level analysis (`core.analysis`) and the counts read of one question,
+    without its ids, texts or rows: a stand-in question with only the fields that decide its
+    answer classes (kind, ground truth, choices; key, text and image are blank), the reported
+    types, the status of each arm's row and each answered arm's score.
+
+    Questions that agree on all of that are one shared object (`BenchmarkResult.items` costs
+    a pointer per question); never mutate one."""
+
+    question: Question
+    types: tuple[str, ...]
+    rows: Mapping[str, str]  # arm -> its row's status ("ok" | "error"), the run's arm order
+    scores: Mapping[str, Score]  # arms with an "ok" row only
+
+
+# --------------------------------------------------------------------------- questions
+
+def question_record(q: Question, prompt: str, sent_size: tuple[int, int] | None) -> dict[str, Any]:
+    """What reports need of a question, as plain JSON (kept with the run in the store).
+    `sent_size` is the geometry the image was sent at: answers on the pixel grid are
+    scored against the image the model saw at that size (`question_options`)."""
+    return {
+        "key": q.key, "text": q.text, "answer": q.answer, "types": list(q.types), "kind": q.kind,
+        "choices": list(q.choices) if q.choices else None, "extra": [list(kv) for kv in q.extra],
+        "image_id": q.image.id, "image_path": q.image.path, "prompt": prompt,
+        "sent_size": list(sent_size) if sent_size else None,
+    }
+
+
+def question_from(bench: str, q: Mapping[str, Any]) -> Question:
+    """The inverse of `question_record`."""
+    path = q.get("image_path")
+    image = ImageRef(str(q["image_id"]), path=path) if path else ImageRef(str(q["image_id"]), data=b"")
+    return Question(
+        benchmark=bench,
+        key=str(q["key"]),
+        image=image,
+        text=str(q.get("text", "")),
+        answer=str(q.get("answer", "")),
+        types=tuple(q.get("types") or ()),
+        kind=q.get("kind") or "vqa",
+        choices=tuple(q["choices"]) if q.get("choices") else None,
+        extra=tuple((str(k), str(v)) for k, v in (q.get("extra") or ())),
+    )
+
+
+def reported_types(raw: tuple[str, ...], reported_type: Callable[[str], str]) -> tuple[str, ...]:
+    """A question's reported types; a raw type reported as OVERALL_ONLY counts in the overall
+    figures only."""
+    return tuple(dict.fromkeys(t for t in map(reported_type, raw) if t != OVERALL_ONLY)) if raw else ("all",)
+
+
+def score_question(
+    nodeid: str, q: Question, rows: dict[str, AnswerRow], options: ScoreOptions, *,
+    types: tuple[str, ...] | None = None,
+    score: Callable[[Question, str, ScoreOptions], Score] = score,
+    scores: Mapping[str, Score] | None = None,
+) -> QuestionResult:
+    """Score every answered arm of one question (`options`: `question_options` of the run's
+    options); `scores`: arms already scored with these same options (the runner scored each
+    answer as it arrived, for the row it stored); `types`: its reported types (default: raw)."""
+    got: dict[str, Score] = {}
+    views: dict[str, dict[str, float]] = {}
+    empty: Score | None = None
+    for arm, row in rows.items():
+        if A.is_judge(arm):
+            continue  # a verdict on another arm's answer, not an answer (see _judged below)
+        if row.status == "ok":
+            sc = scores.get(arm) if scores is not None else None
+            got[arm] = sc = sc if sc is not None else score(q, row.text or "", options)
+            if A.is_repeat(arm):
+                continue  # --repeat-orig asks: the noise floor, not an arm of the comparison
+            arm_views = sc.views
+        elif A.is_repeat(arm):
+            continue
+        else:
+            if empty is None:
+                empty = score(q, "", options)
+            arm_views = empty.views
+        if arm_views:
+            views[arm] = dict(arm_views)
+    if JUDGED_VIEW in options.views and q.kind == "vqa":
+        _judged(q, rows, got, views)
+    return QuestionResult(nodeid, q, types if types is not None else reported_types(q.types, lambda t: t),
+                          rows, got, chance(q), views, options)
+
+
+def _judged(q: Question, rows: Mapping[str, AnswerRow], scores: Mapping[str, Score],
+            views: dict[str, dict[str, float]]) -> None:
+    """VRSBench's official protocol: where its rules leave an answer undecided and the run asked
+    the judge (`--judge`), the judge's verdict is the official view's value. Without a verdict
+    (no judge, or the judge failed: an error row) the value stays the rules' 0."""
+    for arm, value in views.items():
+        verdict = rows.get(A.judge_arm(arm))
+        if verdict is None or verdict.status != "ok" or arm not in scores or JUDGED_VIEW not in value:
+            continue
+        if official_rules(q.answer, final_answer(rows[arm].text or "")) is None:
+            value[JUDGED_VIEW] = float(judge_verdict(verdict.text or ""))
