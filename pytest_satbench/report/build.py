@@ -40,10 +40,12 @@ Each = Callable[[str, str], Callable[[QuestionResult], None] | None]
 
 
 def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: int = 0,
-            each: Each | None = None) -> list[BenchmarkResult]:
+            each: Each | None = None,
+            figure_parts: Callable[[str], Iterable[tuple[str | None, str]]] | None = None) -> list[BenchmarkResult]:
     """Every benchmark the run recorded questions of, re-scored and summarised over every
     stored answer of its tag's questions (`tag_runs`); [] when the run has no items. Raises
-    KeyError when the run is not in the store."""
+    KeyError when the run is not in the store. `figure_parts(benchmark)`: the per-type parts
+    of its figures to compute too (what the gates read, `core.gates.figure_parts`)."""
     all_runs = store.runs()
     runs = {r["run_id"]: r for r in all_runs}
     if run_id not in runs:
@@ -71,6 +73,7 @@ def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: in
             unfinished=run["finished"] is None,
             each=each(bench, tag) if each is not None else None,
             coverage=_coverage(merged, bench),
+            figure_parts=figure_parts(bench) if figure_parts is not None else (),
         ))
     return out
 
