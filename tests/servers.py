@@ -13,8 +13,18 @@ n-th entry of its list; later ones succeed):
     FakeVLM(fail_at={1: Fail.status(500)}, fail_prompt={"q": [Fail.reset(), Fail.hang(5)]})
 
 Replies that are no answer or never end (issue 10): `Fail.reply(body)` (any JSON, e.g. a 200
-with `content: null`), `Fail.trickle` (a byte every so often), `Fail.endless` (a chunked
-body without end), `Fail.huge` (a real completion of a given size) and `Fail.reset_mid_body`.
+with `content: null`), `Fail.raw(text)` (a body sent as is: JSON no encoder writes, such as a
+100,000-deep array), `Fail.trickle` (a byte every so often), `Fail.endless` (a chunked body
+without end), `Fail.huge` (a real completion of a given size) and `Fail.reset_mid_body`.
+
+How the server frames and ends its replies (issue 17), for every reply it sends: `http10`
+(an HTTP/1.0 server: one reply per connection; `content_length=False` ends each body by
+closing), `close_share` (that share of chat replies say `Connection: close` and close),
+`drop_share` (that share of chat replies keep the connection alive in their headers, then
+the server closes it without a word), `encoding` ("gzip", "deflate", "deflate-raw", or any
+other name, sent as is: the body is compressed although the client asked for identity).
+The shares are spread evenly by reply number, so a run is reproducible; `replies` counts
+the chat replies written whole (each one a generation the client must not throw away).
 
 Using it from pytester: the server is a real TCP listener in the test process, so a pytest
 run by `pytester.runpytest()` (in-process) and by `pytester.runpytest_subprocess()` can both
@@ -28,21 +38,23 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gzip
 import json
 import socket
 import struct
 import sys
 import threading
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-AnswerFn = Callable[[str, bool, "bytes | None"], str]
+AnswerFn = Callable[[str, bool, "bytes | None"], "str | None"]  # None: content null
 
-FailKind = Literal["status", "reset", "hang", "malformed", "truncated", "reply", "trickle", "endless",
+FailKind = Literal["status", "reset", "hangup", "hang", "malformed", "truncated", "reply", "raw", "trickle", "endless",
                    "huge", "reset-mid-body"]
 
 
@@ -95,6 +107,13 @@ class Fail:
         return cls("reset")
 
     @classmethod
+    def hangup(cls) -> Fail:
+        """Read the request, then close the connection without a reply and without a reset
+        (a FIN): what a client sees when a server closes an idle connection just as a
+        request goes out on it."""
+        return cls("hangup")
+
+    @classmethod
     def hang(cls, seconds: float) -> Fail:
         """Say nothing for `seconds` (longer than the client's timeout), then answer."""
         return cls("hang", seconds=seconds)
@@ -114,6 +133,13 @@ class Fail:
         """Answer with this JSON body (e.g. a 200 with `content: null`, no choices, an
         error object, another model), with a Content-Length."""
         return cls("reply", status=status, body=json.dumps(body))
+
+    @classmethod
+    def raw(cls, text: str, status: int = 200) -> Fail:
+        """Answer with this body exactly as given (no JSON encoder involved), with a
+        Content-Length: JSON an encoder would refuse to write, e.g. 100,000 nested arrays.
+        "\udc80".."\udcff" in `text` are the bytes 0x80..0xff (bytes that are not UTF-8)."""
+        return cls("raw", status=status, body=text)
 
     @classmethod
     def trickle(cls, interval: float, seconds: float, *, headers_too: bool = False) -> Fail:
@@ -141,14 +167,34 @@ class Fail:
 
 
 def chat_completion(content: str | None, model: str | None = "m", finish_reason: str | None = "stop",
-                    **extra: Any) -> dict[str, Any]:
-    """A chat completion body as vLLM sends it (`extra` adds or replaces top-level keys)."""
+                    reasoning: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A chat completion body as vLLM sends it (`extra` adds or replaces top-level keys).
+    `reasoning`: what a reasoning model thought, as vLLM's reasoning parsers put it
+    (`message.reasoning_content`)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
     body: dict[str, Any] = {
         "id": "chatcmpl-x", "object": "chat.completion", "model": model,
-        "choices": [{"index": 0, "finish_reason": finish_reason,
-                     "message": {"role": "assistant", "content": content}}],
+        "choices": [{"index": 0, "finish_reason": finish_reason, "message": message}],
     }
     return body | extra
+
+
+def _every(share: float, n: int) -> bool:
+    """Whether reply `n` (1-based) is one of `share` of the replies, spread evenly."""
+    return share > 0 and int(n * share) != int((n - 1) * share)
+
+
+def _encode(raw: bytes, encoding: str) -> bytes:
+    if encoding == "gzip":
+        return gzip.compress(raw, mtime=0)
+    if encoding == "deflate":  # zlib-wrapped, as RFC 9110 means it
+        return zlib.compress(raw)
+    if encoding == "deflate-raw":  # what some servers send under the same name
+        c = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+        return c.compress(raw) + c.flush()
+    return raw  # an encoding nobody here reads: the name is what the test is about
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +224,9 @@ class FakeVLM:
                  fail_always: Fail | None = None, fail_models: Fail | None = None,
                  delay: float = 0.0, finish_reason: str | None = "stop",
                  usage: dict[str, Any] | None | Literal["auto"] = "auto",
-                 response_model: str | None = None) -> None:
+                 response_model: str | None = None, reasoning: AnswerFn | None = None,
+                 http10: bool = False, content_length: bool = True, close_share: float = 0.0,
+                 drop_share: float = 0.0, encoding: str | None = None) -> None:
         self.models = list(models) if models is not None else ["fake-vlm"]
         self.answer = answer or _default_answer
         self.fail_at = dict(fail_at or {})
@@ -190,6 +238,15 @@ class FakeVLM:
         # "auto": prompt_tokens = len(prompt), completion_tokens = len(answer); None: omit.
         self.usage = usage
         self.response_model = response_model  # model id put in answers; default: the requested one
+        # a reasoning model: what it thought (message.reasoning_content) before its answer
+        self.reasoning = reasoning
+        self.http10 = http10  # an HTTP/1.0 server: every reply ends its connection
+        self.content_length = content_length  # False: bodies end with the connection (HTTP/1.0 only)
+        self.close_share = close_share  # chat replies that say Connection: close
+        self.drop_share = drop_share  # chat replies after which the connection is closed silently
+        self.encoding = encoding  # Content-Encoding forced on every reply
+        self.replies = 0  # chat replies written whole
+        self._reply_seq = 0  # chat replies begun: what the shares count by
         self.model_card: dict[str, Any] = {}  # more fields of each /v1/models entry (root, max_model_len)
         self.lock = threading.Lock()
         self.hits: Counter[str] = Counter()  # per path
@@ -259,7 +316,7 @@ class FakeVLM:
 
 def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as vLLM/uvicorn
+        protocol_version = "HTTP/1.0" if fake.http10 else "HTTP/1.1"  # keep-alive, as vLLM/uvicorn
         # Headers and body go out in two writes; with Nagle on, the body of every response
         # after a connection's first waits ~40 ms for a delayed ACK. uvicorn sets TCP_NODELAY.
         disable_nagle_algorithm = True
@@ -267,15 +324,38 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-        def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None, *,
+                  reply_no: int = 0) -> None:
+            """Send `obj`, framed and ended as the server is told to (`reply_no`: the chat
+            reply's number, for the shares; 0 for other replies)."""
             raw = json.dumps(obj).encode()
+            close = _every(fake.close_share, reply_no)
+            drop = _every(fake.drop_share, reply_no)
+            if fake.encoding is not None:
+                raw = _encode(raw, fake.encoding)
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
+            if fake.encoding is not None:
+                self.send_header("Content-Encoding", fake.encoding.removesuffix("-raw"))
+            if fake.content_length or not fake.http10:
+                self.send_header("Content-Length", str(len(raw)))
+            if close:
+                self.send_header("Connection", "close")
+                self.close_connection = True
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(raw)
+            if reply_no:
+                self.wfile.flush()
+                with fake.lock:
+                    fake.replies += 1
+            if drop:
+                # the headers promised keep-alive; the server goes away anyway (an idle timeout
+                # shorter than the client's, a restarted worker behind the port)
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
 
         def _fail(self, f: Fail) -> None:
             if f.kind == "status":
@@ -288,7 +368,10 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
                                            struct.pack("ii", 1, 0))
                 self.connection.close()
                 self.close_connection = True
-            elif f.kind in ("reply", "trickle", "endless", "huge", "reset-mid-body"):
+            elif f.kind == "hangup":
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+            elif f.kind in ("reply", "raw", "trickle", "endless", "huge", "reset-mid-body"):
                 self._slow_fail(f)
             elif f.kind == "hang":
                 time.sleep(f.seconds)
@@ -315,11 +398,14 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
         def _slow_fail(self, f: Fail) -> None:
             model = fake.response_model or getattr(self, "_model", None)
             try:
-                if f.kind == "reply":
+                if f.kind in ("reply", "raw"):
                     assert f.body is not None
-                    raw = f.body.encode()
+                    raw = f.body.encode("utf-8", "surrogateescape")  # "\udc80": the byte 0x80
                     self.send_response(f.status)
                     self.send_header("Content-Type", "application/json")
+                    if fake.encoding is not None:
+                        raw = _encode(raw, fake.encoding)
+                        self.send_header("Content-Encoding", fake.encoding.removesuffix("-raw"))
                     self.send_header("Content-Length", str(len(raw)))
                     self.end_headers()
                     self.wfile.write(raw)
@@ -432,19 +518,25 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
                 text = fake.answer(prompt, image is not None, image)
                 usage: dict[str, Any] | None
                 if fake.usage == "auto":
-                    usage = {"prompt_tokens": len(prompt), "completion_tokens": len(text),
-                             "total_tokens": len(prompt) + len(text)}
+                    n = len(text or "")  # a reasoning model out of tokens answers None
+                    usage = {"prompt_tokens": len(prompt), "completion_tokens": n,
+                             "total_tokens": len(prompt) + n}
                 else:
                     usage = fake.usage
+                message: dict[str, Any] = {"role": "assistant", "content": text}
+                if fake.reasoning is not None:
+                    message["reasoning_content"] = fake.reasoning(prompt, image is not None, image)
                 out: dict[str, Any] = {
                     "id": f"chatcmpl-{fake.chat_requests}", "object": "chat.completion",
                     "model": fake.response_model or body.get("model"),
-                    "choices": [{"index": 0, "finish_reason": fake.finish_reason,
-                                 "message": {"role": "assistant", "content": text}}],
+                    "choices": [{"index": 0, "finish_reason": fake.finish_reason, "message": message}],
                 }
                 if usage is not None:
                     out["usage"] = usage
-                self._json(200, out)
+                with fake.lock:
+                    fake._reply_seq += 1
+                    reply_no = fake._reply_seq
+                self._json(200, out, reply_no=reply_no)
             finally:
                 with fake.lock:
                     fake.in_flight -= 1

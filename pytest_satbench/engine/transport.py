@@ -23,6 +23,18 @@ out). Every send and receive on the connection gets only the time left until tha
 (`_DeadlineSocket`), so a trickling or endless reply fails at the deadline, wherever it
 trickles. The body is read in pieces and counted: a reply that announces, or grows to, more
 than `max_body` bytes fails at once ("too-large") without buffering more than that.
+
+Every reply that arrives whole is returned, however the server frames it: a Content-Length,
+chunks, or (HTTP/1.0 servers, `Connection: close`, proxies without keep-alive) the end of the
+connection; each is a whole GPU generation, so none is thrown away and asked again. A body
+sent with Content-Encoding gzip or deflate although the client asked for identity (reverse
+proxies do) is decoded, within the same cap; any other encoding fails in one line naming it.
+Servers also close idle keep-alive connections without a word: a pooled connection is
+checked before reuse, and a request that a reused connection dropped before it reached the
+server is sent again on a new one, which is not a failure.
+
+The file is over 500 lines because the proxy settings (NO_PROXY matching, proxy URLs) live
+here with the connections that use them; they are read nowhere else.
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ import socket
 import ssl
 import threading
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -252,6 +265,7 @@ class Connections:
         self._context = _ssl_context() if self.https else None
         self._idle: list[tuple[http.client.HTTPConnection, float]] = []
         self._lock = threading.Lock()
+        self.resent = 0  # requests sent again because a reused connection was closed under them
 
     # ------------------------------------------------------------------ connections
     def _new(self) -> http.client.HTTPConnection:
@@ -266,15 +280,18 @@ class Connections:
             return conn
         return http.client.HTTPConnection(phost, pport, timeout=self.connect_timeout)
 
-    def _take(self) -> http.client.HTTPConnection:
+    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+        """A connection for the next request and whether it carried one before. An idle one
+        the server has closed (or that holds bytes nobody asked for) is dropped here, before
+        a request is written to it: a request sent on it would fail for no fault of its own."""
         now = time.monotonic()
         with self._lock:
             while self._idle:
                 conn, since = self._idle.pop()
-                if now - since < IDLE_MAX_S:
-                    return conn
+                if now - since < IDLE_MAX_S and _still_open(conn):
+                    return conn, True
                 conn.close()
-        return self._new()
+        return self._new(), False
 
     def _give(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
@@ -285,13 +302,36 @@ class Connections:
                 max_body: int | None = None) -> Response:
         """One request on a pooled connection. `timeout`: the deadline of the whole request in
         seconds (default `read_timeout`); `max_body`: the cap on the reply body in bytes
-        (default `max_body`). Raises TransportError."""
+        (default `max_body`). Raises TransportError.
+
+        A reused connection that turns out closed before any byte of a reply came back (the
+        server closed it while idle, just as the request went out) carried nothing to the
+        server: the request is sent once more on a new connection, within the same deadline,
+        and it is not a failure (`resent` counts them)."""
         if self.proxy_problem is not None:
             raise TransportError("proxy", self.proxy_problem)
         limit = timeout or self.read_timeout
         cap = self.max_body if max_body is None else max_body
         deadline = time.monotonic() + limit
-        conn = self._take()
+        conn, reused = self._take()
+        try:
+            return self._exchange(conn, method, path, body, limit, deadline, cap)
+        except _NeverArrived as exc:
+            if not reused:
+                raise TransportError("reset", _describe(exc.cause)) from None
+        with self._lock:
+            self.resent += 1
+        try:
+            return self._exchange(self._new(), method, path, body, limit, deadline, cap)
+        except _NeverArrived as exc:
+            raise TransportError("reset", _describe(exc.cause)) from None
+
+    def _exchange(self, conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None,
+                  limit: float, deadline: float, cap: int) -> Response:
+        """Send the request on `conn` and read its reply whole: to its Content-Length, to the
+        end of its chunks, or, from a server that closes after each reply (HTTP/1.0,
+        `Connection: close`), to the close. Raises TransportError, or _NeverArrived when the
+        connection was found closed before the request reached the server."""
         target = self.base_path + path
         if self.proxy is not None and not self.https:
             target = self._absolute_prefix + target  # absolute form, as a forward proxy wants
@@ -326,9 +366,15 @@ class Connections:
                 raise http.client.IncompleteRead(b"", resp.length)
             resp.close()  # the body is read: the connection may carry the next request
             data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            coding = resp.headers.get("Content-Encoding")
+            if coding:
+                data = _decoded(data, coding, cap, resp.status)
         except _TooLarge as exc:
             conn.close()
             raise TransportError("too-large", str(exc), status=exc.status) from None
+        except TransportError:
+            conn.close()
+            raise
         except TimeoutError:
             conn.close()
             if stage == "connect":
@@ -345,6 +391,11 @@ class Connections:
             conn.close()
             if stage == "connect":
                 raise TransportError("connect", self._at_proxy(exc) + _describe(exc)) from None
+            # Closed under the request before it got in (a broken pipe while sending), or
+            # closed with not one byte of a reply (the status line never came): what a
+            # server does to a connection it had let go idle. Anything later is a reset.
+            if stage == "send" or isinstance(exc, http.client.RemoteDisconnected):
+                raise _NeverArrived(exc) from None
             raise TransportError("reset", _describe(exc)) from None
         except (ssl.SSLError, http.client.HTTPException, OSError) as exc:
             conn.close()
@@ -382,17 +433,32 @@ class _TooLarge(Exception):
         self.status = status
 
 
+class _NeverArrived(Exception):
+    """The connection was closed before the request reached the server (see _exchange)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class _DeadlineSocket:
     """A connected socket as http.client uses it (sendall, makefile, close), where every send
     and receive may take only the time left until `deadline` (time.monotonic()). A plain
     socket timeout restarts with each byte received; this one does not. Everything else is
-    the socket's own."""
+    the socket's own.
 
-    __slots__ = ("deadline", "sock")
+    Closing it while a response still reads from it (http.client closes the connection as
+    soon as the headers say the server will close: HTTP/1.0, `Connection: close`) closes
+    the socket only once that reader is closed too, as a plain socket and its makefile do;
+    closing at once would cut the body off (EBADF) and throw a whole reply away."""
+
+    __slots__ = ("closed", "deadline", "readers", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.deadline = math.inf
+        self.readers = 0  # makefile readers not closed yet
+        self.closed = False
 
     def _left(self) -> float:
         left = self.deadline - time.monotonic()
@@ -412,10 +478,18 @@ class _DeadlineSocket:
     def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
         if mode != "rb":
             raise ValueError(f"_DeadlineSocket.makefile supports 'rb' only, not {mode!r}")
+        self.readers += 1
         return io.BufferedReader(_DeadlineReader(self))
 
+    def reader_closed(self) -> None:
+        self.readers -= 1
+        if self.closed and self.readers <= 0:
+            self.sock.close()
+
     def close(self) -> None:
-        self.sock.close()
+        self.closed = True
+        if self.readers <= 0:
+            self.sock.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sock, name)
@@ -423,7 +497,8 @@ class _DeadlineSocket:
 
 class _DeadlineReader(io.RawIOBase):
     """The raw stream under a response's buffered reader. Closing it leaves the socket open
-    (the connection is kept alive), as socket.SocketIO does."""
+    (the connection is kept alive), as socket.SocketIO does, unless the connection was closed
+    while it read."""
 
     def __init__(self, sock: _DeadlineSocket) -> None:
         super().__init__()
@@ -434,6 +509,77 @@ class _DeadlineReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         return self._sock.recv_into(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            super().close()
+            self._sock.reader_closed()
+
+
+def _still_open(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle pooled connection can carry a request. An idle connection has nothing
+    to read: if it is readable, the server closed it (end of file), reset it, or sent bytes
+    nobody asked for, and it is dropped. One non-blocking peek, about a microsecond."""
+    sock = conn.sock
+    raw = sock.sock if isinstance(sock, _DeadlineSocket) else sock
+    if raw is None:
+        return True  # not connected yet: the request connects it
+    try:
+        raw.settimeout(0.0)  # every send and receive sets its own timeout again
+        if isinstance(raw, ssl.SSLSocket):
+            # TLS cannot peek; a record that is only TLS housekeeping (a TLS 1.3 session
+            # ticket) is consumed and leaves no application data: still open.
+            raw.recv(1)
+        else:
+            raw.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        return True  # nothing to read: open
+    except (OSError, ValueError):
+        return False
+    return False  # end of file, or stray bytes
+
+
+def _decoded(data: bytes, header: str, cap: int, status: int) -> bytes:
+    """The body with its Content-Encoding undone. The client asks for identity, but reverse
+    proxies compress anyway; gzip and deflate (zlib-wrapped or raw: servers differ) are
+    decoded, to at most `cap` bytes (a small body can inflate to gigabytes). An encoding it
+    does not read ("encoding") or a body that does not decode ("corrupt") is a TransportError
+    naming the encoding."""
+    codings = [c.strip().lower() for c in header.split(",") if c.strip()]
+    for coding in reversed(codings):  # applied in the order listed: undone from the last
+        if coding == "identity":
+            continue
+        if coding in ("gzip", "x-gzip"):
+            data = _inflate(data, (16 + zlib.MAX_WBITS,), cap, coding, status)
+        elif coding == "deflate":
+            data = _inflate(data, (zlib.MAX_WBITS, -zlib.MAX_WBITS), cap, coding, status)
+        else:
+            raise TransportError("encoding", f"the reply came with Content-Encoding: {_printable(coding)}, "
+                                             "which this client does not decode (it reads gzip and deflate)",
+                                 status=status)
+    return data
+
+
+def _inflate(data: bytes, formats: tuple[int, ...], cap: int, coding: str, status: int) -> bytes:
+    problem = ""
+    for wbits in formats:
+        inflater = zlib.decompressobj(wbits)
+        try:
+            out = inflater.decompress(data, cap + 1)
+        except zlib.error as exc:
+            problem = str(exc)
+            continue
+        if len(out) > cap:
+            raise _TooLarge(f"the {coding} reply inflates to over the {cap}-byte cap", status)
+        if not inflater.eof:
+            problem = "the compressed stream ends early"
+            continue
+        return out
+    raise TransportError("corrupt", f"the {coding}-encoded reply does not decode ({problem})", status=status)
+
+
+def _printable(text: str) -> str:
+    return text.encode("ascii", "backslashreplace").decode("ascii")[:40]
 
 
 def _describe(exc: BaseException) -> str:
