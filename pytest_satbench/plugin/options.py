@@ -416,8 +416,9 @@ OPTIONS: tuple[Option, ...] = (
            fields=("judge_url", "judge_model"), ini="satbench_judge", metavar="URL[,MODEL]",
            default_doc="none: VRSBench's official view is rules only, a lower bound"),
     Option("--blind", "also ask every question with no image (language-prior control)", kind="flag", default=False),
-    Option("--gate", "accuracy gate, repeatable: [BENCHMARK[/TYPE]:]METRIC OP NUMBER, e.g. "
-           "'rsvqa_lr:recon>=0.80', 'delta>=-2.0'", kind="list", default=(), parse=_gates, fields=("gates",),
+    Option("--gate", "accuracy gate, repeatable: [BENCHMARK[/TYPE]:][FIGURE:]METRIC OP NUMBER; without FIGURE "
+           "it reads the benchmark's headline (RSVQA: the original protocol's OA), 'exact:' exact match, e.g. "
+           "'rsvqa_lr:recon>=0.80', 'rsvqa_lr:published:orig>=0.92', 'delta>=-2.0'", kind="list", default=(), parse=_gates, fields=("gates",),
            ini="satbench_gates", ini_adds=True, metavar="EXPR", default_doc="none"),
     Option("--repeat-orig", "noise floor: ask the original K times in all on a sample of questions and report "
            "how often the verdict flips", default=0, parse=_repeat_orig, metavar="K", default_doc="off"),

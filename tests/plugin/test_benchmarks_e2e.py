@@ -85,3 +85,40 @@ def test_vrsbench_ref_misses_stay_in_the_denominator(pytester: pytest.Pytester) 
     assert result.ret == 0
     assert result.parseoutcomes() == {"wrong": n}
     result.stdout.fnmatch_lines([f"overall * {n} * 0.0 *", "view acc@0.7*", f"overall * {n} * 0.0*"])
+
+
+def test_qwen25vl_boxes_are_right_in_every_figure(pytester: pytest.Pytester) -> None:
+    """Qwen2.5-VL answers on the pixel grid of the image it saw, 504x504 for VRSBench's 512x512:
+    a server that answers every box right in that space scores 100% Acc@0.5 in the item
+    letters, the terminal, summary.json and report.md alike (the report once scored the same
+    boxes against 512x512)."""
+    import json
+
+    root = pytester.path / "data"
+    written = write_vrsbench(root, vqa=False, image_size=512)
+    # small boxes away from the corner, where the two image sizes disagree most
+    recs = json.loads(written.files[0].read_text())
+    for i, rec in enumerate(recs):
+        rec["ground_truth"] = f"{{<{70 + 3 * i}><{90 - i}><{73 + 3 * i}><{93 - i}>}}"
+        rec["question"] += f" ({i})"  # one prompt, one box
+    written.files[0].write_text(json.dumps(recs, indent=4))
+    pytester.makepyfile(test_ref=MODULE.format(name="vrsbench_ref"))
+    questions = list(registry.get("vrsbench_ref").load(LoadRequest(root)))
+    answers = {}
+    for q in questions:  # ground truth on VRSBench's 0-100 grid, answered in 504-pixel space
+        nums = [int(n) * 504 / 100 for n in q.answer.strip("{}<>").replace("><", " ").split()]
+        answers[prompts.render(q, "qwen25vl")] = "[" + ", ".join(f"{v:.0f}" for v in nums) + "]"
+    with FakeVLM(models=["m"], answer=lambda prompt, has_image, image: answers.get(prompt, "?")) as srv:
+        result = pytester.runpytest(
+            "--servers", srv.url, "--data-root", str(root), "--recon", "jpeg:quality=90",
+            "--prompt-style", "qwen25vl", "-W", "ignore::pytest.PytestAssertRewriteWarning", "-q",
+        )
+    assert result.ret == 0, result.stdout.str()
+    assert result.parseoutcomes() == {"passed": len(questions)}  # every letter ".": no regression, no error
+    result.stdout.fnmatch_lines([f"overall * {len(questions)} * 100.0 * 100.0 *"])
+    report = pytester.path / "reports" / "vrsbench_ref" / "default"
+    summary = json.loads((report / "summary.json").read_text())
+    headline = summary["aggregate_views"][summary["headline"]]
+    assert headline["per_arm"] == {"orig": 1.0, "jpeg:quality=90": 1.0}
+    assert summary["aggregate_views"]["view:acc@0.5"]["overall"]["orig"]["mean"] == 1.0
+    assert "100.0" in (report / "report.md").read_text()

@@ -64,6 +64,35 @@ def test_gate_fails_with_its_own_exit_status_and_passes(pytester: pytest.Pyteste
     passing.stdout.fnmatch_lines(["*rsvqa_lr:orig>=100% * PASS *"])
 
 
+def test_a_bare_gate_reads_the_headline_the_terminal_prints(pytester: pytest.Pytester, data: Path) -> None:
+    """RSVQA's headline counts a count answer in its class (0 / 1-10 / 11-100 / 101-1000 / >1000):
+    '500' for 403 is right there and wrong by exact match. A bare gate reads the headline."""
+
+    def in_class(prompt: str, has_image: bool, image: bytes | None) -> str:
+        return "500" if "number of roads" in prompt else by_arm(prompt, has_image, image)
+
+    with FakeVLM(models=["m"], answer=in_class) as srv:
+        result = run(pytester, srv.url, data, "--gate", "rsvqa_lr:orig>=1.0", "--gate", "rsvqa_lr:exact:orig>=1.0",
+                     "--gate", "rsvqa_lr/count:orig>=1.0", "--gate", "rsvqa_lr/count:exact:orig<=0",
+                     "--gate", "rsvqa_lr:published:orig>=1.0")
+    assert result.ret == GATE_FAILED_EXIT
+    result.stdout.fnmatch_lines([
+        "RSVQA overall accuracy (OA), original protocol*", "*", "*", "  orig * 32 * 100.0 *",
+        "rsvqa_lr:orig>=1.0 * PASS * overall_accuracy (headline) * orig = 1 in rsvqa_lr",
+        "rsvqa_lr:exact:orig>=1.0 * FAIL * exact match * orig = 0.75 in rsvqa_lr, needs >= 1",
+        "rsvqa_lr/count:orig>=1.0 * PASS * overall_accuracy (headline) * orig = 1 in rsvqa_lr/count",
+        "rsvqa_lr/count:exact:orig<=0 * PASS * exact match * orig = 0 in rsvqa_lr/count",
+        "rsvqa_lr:published:orig>=1.0 * PASS * published * orig = 1 in rsvqa_lr",
+    ])
+    summary = json.loads((pytester.path / "reports" / "rsvqa_lr" / "default" / "summary.json").read_text())
+    assert summary["headline"] == "overall_accuracy"
+    assert [g["figure"] for g in summary["gates"]] == [
+        "overall_accuracy (headline)", "exact match", "overall_accuracy (headline)", "exact match", "published"]
+    assert summary["aggregate_views"]["overall_accuracy"]["per_arm"]["orig"] == 1.0
+    assert summary["statistics"]["overall"]["accuracy"]["orig"]["accuracy"] == 0.75
+    assert "overall_accuracy" not in summary["statistics"]  # one key, one number
+
+
 def test_gate_on_something_that_did_not_run_fails(pytester: pytest.Pytester, data: Path) -> None:
     pytester.makeini("[pytest]\nsatbench_gates =\n    vrsbench:orig>=0.5\n    rsvqa_lr/area:orig>=0.5\n    delta>=-5\n")
     with FakeVLM(models=["m"], answer=by_arm) as srv:
