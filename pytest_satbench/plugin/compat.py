@@ -66,6 +66,7 @@ LEAN_IS_FINE = (
     "pytest_benchmark.",  # checks the arguments of @pytest.mark.benchmark
     "pytest_rerunfailures.",  # its teardown acts only in its own protocol (the reruns rule)
     "pytest_cov.plugin.CovPlugin.",  # pauses coverage for no_cover tests
+    "_hypothesis_pytestplugin.",  # acts only on items with an `obj` (test functions): a question item has none
 )
 # ... and those known to need pytest's protocol, with the name the line gives them.
 NEEDS_STANDARD = {
