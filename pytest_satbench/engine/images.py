@@ -85,6 +85,7 @@ class ImagePipeline:
         self._executor = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="satbench-recon")
         self.reconstructions = 0  # codec runs (not disk-cache hits), for tests and stats
         self.decodes = 0
+        self.full_check = os.environ.get("SATBENCH_IMAGE_CHECK", "").lower() == "full"
 
     # ------------------------------------------------------------------ identity
     def codec_identity(self, arm: str) -> str:
@@ -92,10 +93,13 @@ class ImagePipeline:
         return codec.identity() if codec else ""
 
     def info(self, ref: ImageRef) -> ImageInfo:
-        """sha256 and size of the source image, from a cache keyed by (path, size, mtime).
+        """sha256 and size of the source image, from a cache keyed by (path, size, mtime,
+        content sample).
 
         Resuming a 222k-question run must not re-read 2,226 large images just to find out
-        that nothing changed, so the hash is remembered in the store next to the results.
+        that nothing changed, so the hash is remembered in the store next to the results;
+        the content sample (`content_sample`) catches a file rewritten in place whose size
+        and mtime are the old ones. SATBENCH_IMAGE_CHECK=full hashes every image whole.
         """
         key = ref.cache_key
         with self._info_lock:
@@ -105,13 +109,17 @@ class ImagePipeline:
         if ref.path is not None:
             try:
                 st = os.stat(ref.path)
+                sample = content_sample(ref.path, st.st_size)
             except OSError as exc:
                 raise ImageError(f"cannot read image {ref.path}: {exc.strerror or exc}") from None
-            info = self.store.image_info(ref.path, st.st_size, st.st_mtime_ns) if self.store else None
+            info = None
+            if self.store and not self.full_check:
+                info = self.store.image_info(ref.path, st.st_size, st.st_mtime_ns, sample)
             if info is None:
-                info = _measure(ref, ref.read_bytes())
-                if self.store:
-                    self.store.put_image_info(ref.path, st.st_size, st.st_mtime_ns, info)
+                data = ref.read_bytes()
+                info = _measure(ref, data)
+                if self.store and len(data) == st.st_size:  # (else it changed while read: measure again next time)
+                    self.store.put_image_info(ref.path, st.st_size, st.st_mtime_ns, sample_of(data), info)
         else:
             info = _measure(ref, ref.read_bytes())
         with self._info_lock:
@@ -241,6 +249,46 @@ def _decode(ref: ImageRef) -> Image.Image:
         raise ImageError(
             f"cannot decode image {ref.describe()}: {exc}; the file is corrupt or not an image"
         ) from None
+
+
+# ---------------------------------------------------------------------- the content sample
+# What a resumed run reads of an image to trust its remembered sha256: the first and the last
+# SAMPLE_EDGE bytes and SAMPLE_BLOCKS blocks of SAMPLE_BLOCK bytes evenly spaced between them
+# (the whole file when it is not larger than that). A compressed image (PNG, JPEG, LZW/Deflate
+# TIFF) rewritten with other pixels differs at its end (its checksums, the shifted stream); an
+# uncompressed one differs in a sampled block unless every changed byte lies between blocks.
+SAMPLE_EDGE = 64 * 1024
+SAMPLE_BLOCK = 4096
+SAMPLE_BLOCKS = 16
+
+
+def _sample_spans(size: int) -> list[tuple[int, int]]:
+    """(offset, length) of the sampled bytes of a file of `size` bytes, in file order."""
+    if size <= 2 * SAMPLE_EDGE + SAMPLE_BLOCKS * SAMPLE_BLOCK:
+        return [(0, size)]
+    inner = size - 2 * SAMPLE_EDGE
+    step = inner // (SAMPLE_BLOCKS + 1)
+    middle = [(SAMPLE_EDGE + step * (i + 1) - SAMPLE_BLOCK // 2, SAMPLE_BLOCK) for i in range(SAMPLE_BLOCKS)]
+    return [(0, SAMPLE_EDGE), *middle, (size - SAMPLE_EDGE, SAMPLE_EDGE)]
+
+
+def _sample_digest(size: int, parts: list[bytes]) -> str:
+    h = hashlib.sha256(str(size).encode())
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()[:32]
+
+
+def content_sample(path: str, size: int) -> str:
+    """The digest of the sampled bytes of the file at `path` (`size`: its size from stat)."""
+    with open(path, "rb") as fh:
+        fd = fh.fileno()
+        return _sample_digest(size, [os.pread(fd, n, off) for off, n in _sample_spans(size)])
+
+
+def sample_of(data: bytes) -> str:
+    """`content_sample` of a file holding `data`, from the bytes already read."""
+    return _sample_digest(len(data), [data[off:off + n] for off, n in _sample_spans(len(data))])
 
 
 def _measure(ref: ImageRef, data: bytes) -> ImageInfo:

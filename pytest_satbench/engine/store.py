@@ -95,13 +95,21 @@ CREATE TABLE IF NOT EXISTS run_traffic (
 -- a run's items by benchmark in the order they ran (the index holds the rowid), so reports
 -- stream them from the store without sorting
 CREATE INDEX IF NOT EXISTS run_items_by_benchmark ON run_items (run_id, benchmark);
+-- what the store itself needs to remember (the last time a run checked it could write here)
+CREATE TABLE IF NOT EXISTS store_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+-- a source image's sha256 and size, reused while the file's size, mtime and content sample
+-- are the same (engine/images.py: `content_sample`)
 CREATE TABLE IF NOT EXISTS image_info (
     path TEXT PRIMARY KEY,
     size_bytes INTEGER NOT NULL,
     mtime_ns INTEGER NOT NULL,
     sha256 TEXT NOT NULL,
     width INTEGER NOT NULL,
-    height INTEGER NOT NULL
+    height INTEGER NOT NULL,
+    sample TEXT
 );
 """
 
@@ -132,16 +140,41 @@ def store_error(path: Path, exc: BaseException) -> StoreError:
         low = "readonly"
     if "disk is full" in low or "no space" in low:
         why = "the disk is full; free space or pass --store PATH on another disk, then rerun (answers committed so far are kept)"
-    elif "readonly" in low or "read-only" in low or "permission" in low:
-        why = "it cannot be written (read-only file or folder); fix its permissions or pass --store PATH"
+    elif "readonly" in low or "read-only" in low or "permission" in low or "unable to open" in low:
+        why = _why_unwritable(path) or (
+            "it cannot be opened; check that its folder exists and is writable, or pass --store PATH"
+            if "unable to open" in low else
+            "it cannot be written (read-only file or folder); fix its permissions or pass --store PATH")
     elif "not a database" in low or "malformed" in low:
         why = ("it is corrupt; rerun with --store-recover to move it aside (renamed .corrupt-<time>) and start a new "
                "one, or pass --store PATH")
-    elif "unable to open" in low:
-        why = "it cannot be opened; check that its folder exists and is writable, or pass --store PATH"
     else:
         why = f"{text}; pass --store PATH to use another file"
     return StoreError(f"results store {path}: {why}")
+
+
+def _why_unwritable(path: Path) -> str | None:
+    """Which of the file and its folder refuses writes, found by trying (root ignores the
+    permission bits, so they tell nothing: an immutable file, `chattr +i`, still refuses)."""
+    if _read_only_fs(path):
+        return "it cannot be written (its file system is mounted read-only); pass --store PATH on a writable disk"
+    try:
+        with open(path, "r+b"):
+            pass
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return (f"it cannot be written (the file is read-only: {exc.strerror}); make it writable "
+                "(chmod u+w, chattr -i) or pass --store PATH")
+    try:
+        import tempfile
+
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        return (f"it cannot be written (its folder {path.parent} is read-only: {exc.strerror}; SQLite keeps "
+                f"{path.name}-wal and -shm next to it); make the folder writable or pass --store PATH")
+    return None
 
 
 def _read_only_fs(path: Path) -> bool:
@@ -194,10 +227,30 @@ class ResultStore:
             for column, kind in (("run_id", "TEXT"), ("clipped", "INTEGER")):
                 if column not in have:
                     conn.execute(f"ALTER TABLE answers ADD COLUMN {column} {kind}")
+            # stores written before images were sampled: their rows match no sample, so each
+            # image is hashed once more
+            if "sample" not in {r[1] for r in conn.execute("PRAGMA table_info(image_info)")}:
+                conn.execute("ALTER TABLE image_info ADD COLUMN sample TEXT")
             self._identity = _identity(self.path)
         except (sqlite3.Error, OSError) as exc:
             self.close()
             raise store_error(self.path, exc) from None
+
+    @classmethod
+    def check_writable(cls, path: Path) -> None:
+        """Open the store and commit one write, then close it: raises StoreError (one line
+        with the remedy) when a run could not keep its answers there. SQLite opens a file it
+        may not write read-only without a word, so only a real write tells."""
+        store = cls(path)
+        try:
+            conn = store._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT OR REPLACE INTO store_meta VALUES ('last_opened', ?)", (str(time.time()),))
+            conn.execute("COMMIT")
+        except (sqlite3.Error, OSError) as exc:
+            raise store_error(store.path, exc) from None
+        finally:
+            store.close()
 
     @property
     def failure(self) -> StoreError | None:
@@ -256,18 +309,36 @@ class ResultStore:
         done = threading.Event() if wait else None
         self._queue.put(_Write(sql, params, done))
         if done is not None:
-            done.wait()
+            # Bounded waits, not one endless one: should the writer thread ever be gone without
+            # releasing this write, the caller gets a StoreError instead of waiting forever.
+            while not done.wait(1.0):
+                writer = self._writer
+                if writer is None or not writer.is_alive():
+                    self._fail(StoreError(f"results store {self.path}: its writer stopped with writes still queued; "
+                                          "rerun to ask what was not kept"))
+                    break
             if self._writer_error is not None:
                 raise self._writer_error
 
+    def _fail(self, error: StoreError) -> None:
+        if self._writer_error is None:  # the first reason is the one said
+            self._writer_error = error
+
     def _write_loop(self) -> None:
-        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=60000")
+        """The writer thread. It never ends while writes wait on it: whatever happens, every
+        queued write is released (committed, or failed with `failure` set)."""
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=60000")
+        except (sqlite3.Error, OSError) as exc:
+            self._fail(store_error(self.path, exc))
         while True:
             first = self._queue.get()
             if first is None:
-                conn.close()
+                if conn is not None:
+                    conn.close()
                 return
             batch = [first]
             while len(batch) < 1000:  # everything queued meanwhile goes in the same commit
@@ -280,21 +351,32 @@ class ResultStore:
                     break
                 batch.append(more)
             try:
-                if self._writer_error is None:
-                    self._check_identity()
-                    conn.execute("BEGIN IMMEDIATE")
-                    for w in batch:
-                        conn.execute(w.sql, w.params)
-                    conn.execute("COMMIT")
+                if self._writer_error is None and conn is not None:
+                    self._commit(conn, batch)
             except StoreError as exc:
-                self._writer_error = exc
+                self._fail(exc)
             except (sqlite3.Error, OSError) as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                self._writer_error = store_error(self.path, exc)  # surfaces in every waiting put()
+                _rollback(conn)
+                self._fail(store_error(self.path, exc))  # surfaces in every waiting put()
+            except BaseException as exc:  # noqa: BLE001 - a writer that dies would hang every put()
+                _rollback(conn)
+                self._fail(StoreError(f"results store {self.path}: writing failed ({type(exc).__name__}: {exc}); "
+                                      "the answers committed so far are kept: rerun to ask the rest"))
             for w in batch:
                 if w.done is not None:
                     w.done.set()
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[_Write]) -> None:
+        self._check_identity()
+        conn.execute("BEGIN IMMEDIATE")
+        for w in batch:
+            try:
+                conn.execute(w.sql, w.params)
+            except UnicodeEncodeError:
+                # a text SQLite cannot encode (a lone surrogate from a reply's JSON escapes):
+                # kept with each such character replaced, never a failed write
+                conn.execute(w.sql, [_encodable(v) for v in w.params])
+        conn.execute("COMMIT")
 
     def _check_identity(self) -> None:
         # A store deleted (a .pytest_cache removed) or replaced under a running process still
@@ -563,17 +645,20 @@ class ResultStore:
         return out
 
     # ------------------------------------------------------------------ image info
-    def image_info(self, path: str, size_bytes: int, mtime_ns: int) -> ImageInfo | None:
+    def image_info(self, path: str, size_bytes: int, mtime_ns: int, sample: str) -> ImageInfo | None:
+        """The image's measured info, if the file is as it was then: the same size, mtime and
+        content sample (a file rewritten with its old mtime restored differs in its sample)."""
         got = self._conn().execute(
-            "SELECT sha256, width, height FROM image_info WHERE path=? AND size_bytes=? AND mtime_ns=?",
-            (path, size_bytes, mtime_ns),
+            "SELECT sha256, width, height FROM image_info WHERE path=? AND size_bytes=? AND mtime_ns=? AND sample=?",
+            (path, size_bytes, mtime_ns, sample),
         ).fetchone()
         return ImageInfo(*got) if got else None
 
-    def put_image_info(self, path: str, size_bytes: int, mtime_ns: int, info: ImageInfo) -> None:
+    def put_image_info(self, path: str, size_bytes: int, mtime_ns: int, sample: str, info: ImageInfo) -> None:
         self._write(
-            "INSERT OR REPLACE INTO image_info VALUES (?, ?, ?, ?, ?, ?)",
-            (path, size_bytes, mtime_ns, info.sha256, info.width, info.height),
+            "INSERT OR REPLACE INTO image_info (path, size_bytes, mtime_ns, sha256, width, height, sample) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (path, size_bytes, mtime_ns, info.sha256, info.width, info.height, sample),
             wait=False,
         )
 
@@ -625,6 +710,22 @@ def network_store_warning(path: Path, mounts: Path = Path("/proc/mounts")) -> st
         return None
     return (f"the results store {path} is on a {fstype} file system, where SQLite's locking is not safe; "
             "pass --store PATH on local disk (e.g. /tmp or the node's scratch)")
+
+
+def _rollback(conn: sqlite3.Connection | None) -> None:
+    try:
+        if conn is not None and conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # nothing of the failed batch was committed either way
+
+
+def _encodable(value: object) -> object:
+    """`value` as SQLite can store it: in a string, a surrogate pair written as two escapes
+    becomes its character and a lone surrogate becomes U+FFFD."""
+    if not isinstance(value, str):
+        return value
+    return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _identity(path: Path) -> tuple[int, int]:
