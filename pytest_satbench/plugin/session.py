@@ -90,6 +90,8 @@ class SatbenchSession:
         self._last_finished: str | None = None
         self._finished_ids: set[str] | None = None
         self.not_reached: list[str] = []  # node ids of the items a stopped run never reached
+        self._start_failed = False
+        self._signals: Any = None  # plugin/signals.py: SIGTERM as Ctrl-C, in runs with servers
 
     # ------------------------------------------------------------------ collection
     @pytest.hookimpl(tryfirst=True)
@@ -238,22 +240,31 @@ class SatbenchSession:
             self._start(self._upcoming(session, items))
         try:
             return (yield)
+        except KeyboardInterrupt as exc:
+            if type(exc) is KeyboardInterrupt and self._signals is not None:  # Ctrl-C or SIGTERM, not a stop
+                self._signals.interrupted()
+                if self._runtime is not None:
+                    self._signals.drain(self._runtime)  # keeps what is in flight, for seconds at most
+                if self.is_worker:
+                    # an xdist worker ends as a run this plugin stopped: its controller then ends the
+                    # run cleanly (a worker that exits interrupted counts as crashed and is replaced)
+                    session.shouldstop = self._signals.line()
+                    return True
+            raise
         finally:
+            if self._signals is not None:
+                self._signals.finishing = True
             self._stopped.set()
             if self._runtime is not None:
                 self._runtime.close()
 
     def _start(self, upcoming: Iterator[QuestionItem] | None) -> Runtime:
         from pytest_satbench.engine.runtime import Runtime, StartError
-        from pytest_satbench.engine.store import ResultStore
 
-        if self.settings.store_recover and not self.is_worker:
-            moved = ResultStore.recover(self.store_path)
-            if moved is not None:
-                self._say(f"satbench: the results store was corrupt; moved aside to {moved}, starting a new one")
         try:
             self._runtime = Runtime.start(self._runtime_config(), upcoming)
         except StartError as exc:
+            self._start_failed = True  # nothing was attempted: no item counts as never reached
             raise pytest.UsageError(f"satbench: {exc}") from None
         if not self.is_worker:
             for line in self._runtime.notices:
@@ -407,8 +418,31 @@ class SatbenchSession:
     # benchmark run they are added to it (`_mark_not_reached`), so --lf reruns the failed and
     # the never-run items, which is a resume (answered questions come from the store).
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if (self.settings.servers or self.settings.builtin_server) and self._is_controller():
+        if not (self.settings.servers or self.settings.builtin_server):
+            return
+        if not self.is_worker and not session.config.option.collectonly:
+            self._check_store()  # before an xdist controller starts its workers
+        if self._is_controller():
             self._finished_ids = set()
+
+    def _check_store(self) -> None:
+        """A store no answer could be kept in ends the run before it starts: one line, exit 4."""
+        from pytest_satbench.engine.store import ResultStore, StoreError
+
+        try:
+            path = self.store_path
+        except OSError as exc:  # .pytest_cache cannot be made or written
+            raise pytest.UsageError(
+                f"satbench: the results store's folder cannot be made ({exc.strerror or exc}: {exc.filename}); "
+                "make it writable or pass --store PATH") from None
+        if self.settings.store_recover:
+            moved = ResultStore.recover(path)
+            if moved is not None:
+                self._say(f"satbench: the results store was corrupt; moved aside to {moved}, starting a new one")
+        try:
+            ResultStore.check_writable(path)
+        except StoreError as exc:
+            raise pytest.UsageError(f"satbench: {exc}") from None
 
     def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
         if nodeid == self._last_finished:
@@ -421,7 +455,7 @@ class SatbenchSession:
     def _never_reached(self, session: pytest.Session) -> list[str]:
         """The selected items this run never finished, in collection order ([] unless it ran
         benchmark items and stopped early)."""
-        if self.is_worker or session.config.option.collectonly:
+        if self.is_worker or session.config.option.collectonly or self._start_failed:
             return []
         if self._finished_ids is not None:  # an xdist controller: the workers' common collection
             sched = getattr(self.config.pluginmanager.get_plugin("dsession"), "sched", None)
@@ -475,6 +509,10 @@ class SatbenchSession:
         # run only against servers, so a run without them (your own tests) never loads it
         self._compat: Any = None
         if self.settings.servers or self.settings.builtin_server:
+            from pytest_satbench.plugin.signals import StopSignals
+
+            self._signals = StopSignals(config)  # SIGTERM stops the run as Ctrl-C does
+            self._signals.install()
             from pytest_satbench.plugin import compat
 
             self._compat = compat.register(config, self.settings)
@@ -658,7 +696,8 @@ class SatbenchSession:
         if reporter is not None and getattr(reporter, "_keyboardinterrupt_memo", None) is not None:
             # pytest prints this memo's message as one "!!! ... !!!" line, then (for a message
             # naming KeyboardInterrupt) the frame of whichever thread wait the signal landed in
-            reporter._keyboardinterrupt_memo = _OneLine(INTERRUPTED_LINE)
+            line = self._signals.line() if self._signals is not None else INTERRUPTED_LINE
+            reporter._keyboardinterrupt_memo = _OneLine(line)
 
     # ------------------------------------------------------------------ xdist
     @pytest.hookimpl(optionalhook=True)
@@ -671,6 +710,8 @@ class SatbenchSession:
         try:
             self._mark_not_reached()
         finally:
+            if self._signals is not None:
+                self._signals.restore()
             if self._builtin is not None:
                 self._builtin.close()
 
