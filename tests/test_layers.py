@@ -14,7 +14,11 @@ import is still a dependency, it only moves its cost):
   report                    never pytest/_pytest, never pytest_satbench.plugin
   datasets, codecs, server  never pytest/_pytest, never pytest_satbench.plugin
 
-`pytest_satbench/__init__.py` and `plugin` have no layer rule (plugin is the top layer).
+`plugin` has no layer rule (it is the top layer). The package face, `pytest_satbench/__init__.py`,
+has its own: it is imported whenever pytest loads the plugin, so at module level it imports
+nothing but leaf modules (modules importing nothing from the package: `_version`), and its
+public names load on first use; and no module imports the face (the version comes from the
+leaf `_version`): an import of the face from a layer is an arrow back up the layers.
 
 Cycles. Which imports count:
 
@@ -237,6 +241,23 @@ def layer_violations(root: Path) -> list[str]:
     return out
 
 
+def face_violations(root: Path) -> list[str]:
+    """The package face's rule (module docstring)."""
+    package = root.name
+    imports = find_imports(root)
+    internal = {i.importer for i in imports if i.target.split(".")[0] == package and i.target != i.importer}
+    out = []
+    for imp in imports:
+        if imp.target != package and imp.target.split(".")[0] == package and imp.importer == package \
+                and not (imp.local or imp.type_checking) and imp.target in internal:
+            out.append(f"{imp.where(root)}: the package face imports only leaf modules at module level: "
+                       f"imports {imp.target}, which imports more of {package}")
+        if imp.target == package and imp.importer != package:
+            out.append(f"{imp.where(root)}: {imp.importer} imports the package face {package} "
+                       f"(an arrow back up the layers): import its leaf module instead")
+    return out
+
+
 def _graph(imports: list[Import], modules: dict[str, Path]) -> dict[str, dict[str, Import]]:
     """importer -> target -> the first import of it (package-internal edges only)."""
     graph: dict[str, dict[str, Import]] = {m: {} for m in modules}
@@ -368,6 +389,11 @@ def test_layer_rules() -> None:
     assert not violations, "layer rules broken:\n" + "\n".join(violations)
 
 
+def test_the_package_face_rule() -> None:
+    violations = face_violations(PACKAGE_DIR)
+    assert not violations, "package face rule broken:\n" + "\n".join(violations)
+
+
 def test_no_module_level_cycles() -> None:
     cycles = module_level_cycles(PACKAGE_DIR)
     assert not cycles, "module-level import cycles:\n" + "\n".join(cycles)
@@ -419,6 +445,18 @@ def test_checker_catches_layer_violations(fake_package: Path) -> None:
         "fakepkg/core/a.py:6: core must not import pytest: imports pytest (function-local)",
         "fakepkg/engine/run.py:2: engine must not import fakepkg.plugin: imports fakepkg.plugin.hooks",
         "fakepkg/report/md.py:2: report must not import pytest: imports _pytest.config",
+    ]
+
+
+def test_checker_catches_face_violations(fake_package: Path) -> None:
+    (fake_package / "engine" / "ver.py").write_text("from fakepkg import VERSION\n")
+    (fake_package / "_leaf.py").write_text("VERSION = 1\n")
+    (fake_package / "__init__.py").write_text("from fakepkg._leaf import VERSION\nfrom fakepkg.core.a import A\n")
+    assert sorted(face_violations(fake_package)) == [
+        ("fakepkg/__init__.py:2: the package face imports only leaf modules at module level: "
+         "imports fakepkg.core.a, which imports more of fakepkg"),
+        ("fakepkg/engine/ver.py:1: fakepkg.engine.ver imports the package face fakepkg "
+         "(an arrow back up the layers): import its leaf module instead"),
     ]
 
 

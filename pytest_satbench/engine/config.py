@@ -67,7 +67,7 @@ class RuntimeConfig:
         """What exactly was measured (never an API key): protocol.json of every report."""
         import time
 
-        from pytest_satbench import __version__
+        from pytest_satbench._version import __version__
         from pytest_satbench.core.redact import redact
 
         # redacted before it is stored: a command line can carry user:password@ in a URL

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pytest_satbench import __version__
+from pytest_satbench._version import __version__
 from pytest_satbench.core import analysis as AN
 from pytest_satbench.core.redact import redact
 from pytest_satbench.core.results import BenchmarkResult, QuestionResult, aggregate_views, figure_key
