@@ -35,6 +35,9 @@ the same resamples, and each group (overall, each type) draws from a fresh gener
 seeded with ``seed``, so a group's interval does not depend on which other groups exist,
 and equals what `cluster_bootstrap_ci` returns for that group's data with the same seed.
 A per-type bootstrap resamples the images that have at least one question of that type.
+Every other figure below (paired delta, view, benchmark figure) is likewise a ratio of
+summed columns, or a mean of such ratios, with its interval from the same resamples: one
+builder (`_Ratios`) makes them all.
 
 Paired delta (`PairedStat`), each reconstruction arm (every arm except the reference and
 the "blind" arm) against the reference arm ("orig"). Computed over the questions that have
@@ -369,17 +372,6 @@ _WEIGHTS_KEPT = 2
 _WEIGHTS_MAX_BYTES = 48 * 2**20
 
 
-def _interval(num: np.ndarray, den: np.ndarray, level: float) -> tuple[float, float]:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratios = num / den
-    ratios = ratios[np.isfinite(ratios)]
-    if ratios.size == 0:
-        return (math.nan, math.nan)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(ratios, [alpha, 1.0 - alpha])
-    return (float(lo), float(hi))
-
-
 def _check_level(level: float, iterations: int) -> None:
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
@@ -395,17 +387,75 @@ def _cluster_codes(clusters: np.ndarray) -> tuple[np.ndarray, int]:
     return codes, int(codes.max()) + 1 if codes.size else 0
 
 
-def _bootstrap_columns(
-    values: np.ndarray, codes: np.ndarray, n_clusters: int, iterations: int, seed: int
-) -> np.ndarray | None:
-    """values: (n, k) per-question columns -> (iterations, k) resampled sums, or None."""
-    if n_clusters < 2 or iterations == 0:
-        return None
-    # Per-cluster sums once; every resample then works on clusters, not questions.
-    sums = np.stack(
-        [np.bincount(codes, weights=col, minlength=n_clusters) for col in values.T], axis=1
-    )
-    return _resampled_sums(sums, iterations, seed)
+class _Ratios:
+    """How every figure here is built, so that an accuracy, a view, a paired delta and a
+    benchmark figure cannot drift apart in how they are estimated: per-question columns of a
+    numerator and a denominator, clustered by image; the figure is the ratio of a pair's sums
+    (an accuracy: credit over the questions an arm has; a paired delta: difference over the
+    pairs), or the unweighted mean of several such ratios (a mean over types), and its
+    interval is that same figure recomputed on each cluster resample.
+
+    All ratios of one group go into one builder so that one set of resamples serves them
+    all: every arm and every paired delta of a group is computed on the same draws, and the
+    per-cluster sums are made once for all of them (`_resampled_sums`)."""
+
+    def __init__(self, clusters: np.ndarray) -> None:
+        self.codes, self.n_clusters = _cluster_codes(clusters)
+        self._cols: list[np.ndarray] = []
+        self._totals = np.zeros(0)
+        self._boot: np.ndarray | None = None
+
+    def ratio(self, numerator: np.ndarray, denominator: np.ndarray) -> int:
+        """Add one ratio's per-question columns (the numerator is 0 wherever the denominator
+        is 0, so a question outside the ratio adds nothing to either sum); returns the handle
+        that names it in `value` and `interval`."""
+        self._cols += [np.asarray(numerator, dtype=np.float64), np.asarray(denominator, dtype=np.float64)]
+        return len(self._cols) - 2
+
+    def resample(self, iterations: int, seed: int) -> _Ratios:
+        """Sum every column, and again in each of `iterations` cluster resamples drawn with
+        `seed` (none with fewer than two clusters, with iterations=0 or with no column: the
+        interval is then undefined). Call once, after the last `ratio`."""
+        cols = self._cols
+        # column by column: numpy sums a contiguous vector pairwise, as `mean` does
+        self._totals = np.array([c.sum() for c in cols], dtype=np.float64)
+        if cols and self.n_clusters >= 2 and iterations > 0:
+            # per-cluster sums once; every resample then works on clusters, not questions
+            sums = np.stack([np.bincount(self.codes, weights=c, minlength=self.n_clusters) for c in cols], axis=1)
+            self._boot = _resampled_sums(sums, iterations, seed)
+        return self
+
+    def value(self, ratios: Sequence[int]) -> float:
+        """The point estimate: the mean of the `ratios` over the whole group (NaN when none
+        has a question)."""
+        return float(_mean_of_ratios(self._totals, ratios))
+
+    def interval(self, ratios: Sequence[int], level: float, scale: float = 1.0) -> tuple[float, float]:
+        """Percentile interval of the same figure over the resamples, times `scale`;
+        resamples where it is undefined (no question of it drawn) are left out."""
+        if self._boot is None:
+            return (math.nan, math.nan)
+        values = _mean_of_ratios(self._boot, ratios)
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            return (math.nan, math.nan)
+        alpha = (1.0 - level) / 2.0
+        lo, hi = np.quantile(values, [alpha, 1.0 - alpha])
+        return (float(lo) * scale, float(hi) * scale)
+
+
+def _mean_of_ratios(sums: np.ndarray, ratios: Sequence[int]) -> np.ndarray:
+    """The unweighted mean of the defined ratios sum[j] / sum[j + 1], j in `ratios`, from
+    column sums: one row (the totals) or one per resample."""
+    parts = []
+    for j in ratios:
+        num, den = sums[..., j], sums[..., j + 1]
+        parts.append(np.divide(num, den, out=np.full(np.shape(num), math.nan), where=den > 0))
+    stacked = np.stack(parts, axis=-1)
+    defined = ~np.isnan(stacked)
+    count = defined.sum(axis=-1)
+    total = np.where(defined, stacked, 0.0).sum(axis=-1)
+    return np.divide(total, count, out=np.full(np.shape(total), math.nan), where=count > 0)
 
 
 def cluster_bootstrap_ci(
@@ -429,12 +479,9 @@ def cluster_bootstrap_ci(
         )
     if values.size == 0:
         raise ValueError("cluster_bootstrap_ci: no values")
-    codes, n_clusters = _cluster_codes(clusters)
-    cols = np.stack([values, np.ones_like(values)], axis=1)
-    boot = _bootstrap_columns(cols, codes, n_clusters, iterations, seed)
-    if boot is None:
-        return (math.nan, math.nan)
-    return _interval(boot[:, 0], boot[:, 1], level)
+    ratios = _Ratios(clusters)
+    mean = ratios.ratio(values, np.ones_like(values))
+    return ratios.resample(iterations, seed).interval([mean], level)
 
 
 def paired_delta_ci(
@@ -550,30 +597,19 @@ def _group_stats(
     seed: int,
     level: float,
 ) -> GroupStats:
-    codes, n_clusters = _cluster_codes(codes_all[idx])
-    cols: list[np.ndarray] = []
-    for arm in arms:
-        d = data[arm]
-        cols += [d.correct[idx], d.present[idx]]
+    ratios = _Ratios(codes_all[idx])
+    acc = {arm: ratios.ratio(data[arm].correct[idx], data[arm].present[idx]) for arm in arms}
     pairs = [a for a in recon if reference in data]
+    delta: dict[str, int] = {}
     for arm in pairs:
         ref, rec = data[reference], data[arm]
         both = ref.present[idx] & rec.present[idx]
         diff = rec.correct[idx].astype(np.int8) - ref.correct[idx].astype(np.int8)
-        cols += [np.where(both, diff, 0), both]
-    boot = None
-    if cols:  # records may carry no arm at all
-        matrix = np.stack(cols, axis=1).astype(np.float64)
-        boot = _bootstrap_columns(matrix, codes, n_clusters, iterations, seed)
-
-    def ci(col: int, scale: float = 1.0) -> tuple[float, float]:
-        if boot is None:
-            return (math.nan, math.nan)
-        lo, hi = _interval(boot[:, col], boot[:, col + 1], level)
-        return (lo * scale, hi * scale)
+        delta[arm] = ratios.ratio(np.where(both, diff, 0), both)
+    ratios.resample(iterations, seed)
 
     accuracy: dict[str, AccuracyStat] = {}
-    for j, arm in enumerate(arms):
+    for arm in arms:
         d = data[arm]
         present = d.present[idx]
         n = int(present.sum())
@@ -581,7 +617,7 @@ def _group_stats(
         parsed = int(d.parsed[idx].sum())
         errors = int(d.error[idx].sum())
         ok = present & ~d.error[idx]
-        lo, hi = ci(2 * j) if n else (math.nan, math.nan)
+        lo, hi = ratios.interval([acc[arm]], level) if n else (math.nan, math.nan)
         accuracy[arm] = AccuracyStat(
             n=n,
             correct=correct,
@@ -597,8 +633,7 @@ def _group_stats(
         )
 
     paired: dict[str, PairedStat] = {}
-    base = 2 * len(arms)
-    for j, arm in enumerate(pairs):
+    for arm in pairs:
         ref, rec = data[reference], data[arm]
         both = ref.present[idx] & rec.present[idx]
         n = int(both.sum())
@@ -611,7 +646,7 @@ def _group_stats(
         both_ok = both & ~any_err
         n_ok = int(both_ok.sum())
         d_ok = int((rec.correct[idx] & both_ok).sum()) - int((ref.correct[idx] & both_ok).sum())
-        lo, hi = ci(base + 2 * j, 100.0)
+        lo, hi = ratios.interval([delta[arm]], level, 100.0)
         paired[arm] = PairedStat(
             arm=arm,
             reference=reference,
@@ -637,7 +672,7 @@ def _group_stats(
     )
     return GroupStats(
         n=int(idx.size),
-        n_images=n_clusters,
+        n_images=ratios.n_clusters,
         accuracy=accuracy,
         paired=paired,
         chance=chance_stat,
@@ -731,24 +766,20 @@ def summarize_view(
                 values[arm][i] = float(v[view])
 
     def group(idx: np.ndarray) -> dict[str, ViewStat]:
-        gcodes, n_clusters = _cluster_codes(codes[idx])
-        cols = []
+        ratios = _Ratios(codes[idx])
+        counts: dict[str, int] = {}
+        mean: dict[str, int] = {}
         for arm in arms:
             x = values[arm][idx]
             has = ~np.isnan(x)
-            cols += [np.where(has, x, 0.0), has.astype(np.float64)]
-        if not cols:
-            return {}
-        boot = _bootstrap_columns(np.stack(cols, axis=1), gcodes, n_clusters, iterations, seed)
+            counts[arm] = int(has.sum())
+            mean[arm] = ratios.ratio(np.where(has, x, 0.0), has)
+        ratios.resample(iterations, seed)
         out: dict[str, ViewStat] = {}
-        for j, arm in enumerate(arms):
-            n = int(cols[2 * j + 1].sum())
-            if n == 0:
-                continue
-            lo, hi = (math.nan, math.nan) if boot is None else _interval(
-                boot[:, 2 * j], boot[:, 2 * j + 1], level
-            )
-            out[arm] = ViewStat(n=n, mean=float(cols[2 * j].sum() / n), ci_low=lo, ci_high=hi)
+        for arm in arms:
+            if counts[arm]:
+                lo, hi = ratios.interval([mean[arm]], level)
+                out[arm] = ViewStat(n=counts[arm], mean=ratios.value([mean[arm]]), ci_low=lo, ci_high=hi)
         return out
 
     return ViewStats(
@@ -850,47 +881,19 @@ def summarize_aggregate(
         for t in covered:
             parts[t] = {arm: np.where(member[t], base[arm, views[t]], math.nan) for arm in arms}
 
-    cols: list[np.ndarray] = []
-    slot: dict[tuple[str, str, str], int] = {}  # (kind, part, arm) -> numerator column
-    for part, by_arm in parts.items():
+    ratios = _Ratios(codes_all[rows])
+    acc: dict[str, list[int]] = {arm: [] for arm in arms}  # arm -> its ratio per part
+    delta: dict[str, list[int]] = {arm: [] for arm in pairs}
+    for by_arm in parts.values():
         for arm in arms:
             x = by_arm[arm]
             has = ~np.isnan(x)
-            slot["acc", part, arm] = len(cols)
-            cols += [np.where(has, x, 0.0), has.astype(np.float64)]
+            acc[arm].append(ratios.ratio(np.where(has, x, 0.0), has))
         for arm in pairs:
             a, b = by_arm[reference_arm], by_arm[arm]
             both = ~np.isnan(a) & ~np.isnan(b)
-            slot["pair", part, arm] = len(cols)
-            cols += [np.where(both, b - a, 0.0), both.astype(np.float64)]
-    codes, n_clusters = _cluster_codes(codes_all[rows]) if rows.size else (rows, 0)
-    matrix = np.stack(cols, axis=1) if cols and rows.size else np.zeros((rows.size, len(cols)))
-    boot = _bootstrap_columns(matrix, codes, n_clusters, iterations, seed) if rows.size and cols else None
-    totals = matrix.sum(axis=0)
-
-    def figure(kind: str, arm: str, sums: np.ndarray) -> np.ndarray:
-        """The figure from column sums: one row (the point estimate) or every resample."""
-        ratios = []
-        for part in parts:
-            j = slot[kind, part, arm]
-            num, den = sums[..., j], sums[..., j + 1]
-            ratios.append(np.divide(num, den, out=np.full(np.shape(num), math.nan), where=den > 0))
-        stacked = np.stack(ratios, axis=-1)
-        defined = ~np.isnan(stacked)
-        count = defined.sum(axis=-1)
-        total = np.where(defined, stacked, 0.0).sum(axis=-1)
-        return np.divide(total, count, out=np.full(np.shape(total), math.nan), where=count > 0)
-
-    def interval(kind: str, arm: str, scale: float) -> tuple[float, float]:
-        if boot is None:
-            return (math.nan, math.nan)
-        values = figure(kind, arm, boot)
-        values = values[np.isfinite(values)]
-        if values.size == 0:
-            return (math.nan, math.nan)
-        alpha = (1.0 - level) / 2.0
-        lo, hi = np.quantile(values, [alpha, 1.0 - alpha])
-        return (float(lo) * scale, float(hi) * scale)
+            delta[arm].append(ratios.ratio(np.where(both, b - a, 0.0), both))
+    ratios.resample(iterations, seed)
 
     accuracy: dict[str, AggregateStat] = {}
     by_type: dict[str, dict[str, ViewStat]] = {t: {} for t in covered}
@@ -900,9 +903,8 @@ def summarize_aggregate(
             present |= ~np.isnan(by_arm[arm])
         if not present.any():
             continue
-        lo, hi = interval("acc", arm, 1.0)
-        accuracy[arm] = AggregateStat(n=int(present.sum()), value=float(figure("acc", arm, totals)),
-                                      ci_low=lo, ci_high=hi)
+        lo, hi = ratios.interval(acc[arm], level)
+        accuracy[arm] = AggregateStat(n=int(present.sum()), value=ratios.value(acc[arm]), ci_low=lo, ci_high=hi)
         for t in covered:
             # a type's part: its questions' credit under its own verdict
             x = base[arm, views[t]][member[t]]
@@ -917,11 +919,11 @@ def summarize_aggregate(
             both |= ~np.isnan(by_arm[reference_arm]) & ~np.isnan(by_arm[arm])
         if not both.any():
             continue
-        lo, hi = interval("pair", arm, 100.0)
+        lo, hi = ratios.interval(delta[arm], level, 100.0)
         paired[arm] = AggregatePaired(arm=arm, reference=reference_arm, n_pairs=int(both.sum()),
-                                      delta=100.0 * float(figure("pair", arm, totals)), ci_low=lo, ci_high=hi)
+                                      delta=100.0 * ratios.value(delta[arm]), ci_low=lo, ci_high=hi)
     return AggregateStats(
-        weighting=weighting, types=tuple(covered), verdicts=views, n=int(rows.size), n_images=n_clusters,
+        weighting=weighting, types=tuple(covered), verdicts=views, n=int(rows.size), n_images=ratios.n_clusters,
         accuracy=accuracy, paired=paired, by_type=by_type,
     )
 
