@@ -37,7 +37,9 @@ and equals what `cluster_bootstrap_ci` returns for that group's data with the sa
 A per-type bootstrap resamples the images that have at least one question of that type.
 Every other figure below (paired delta, view, benchmark figure) is likewise a ratio of
 summed columns, or a mean of such ratios, with its interval from the same resamples: one
-builder (`_Ratios`) makes them all.
+builder (`_Ratios`) makes them all. ``iterations`` has no default here: the number of
+resamples is the run's setting (``--bootstrap``, whose default the options table holds), and
+a second default in these signatures had drifted from it.
 
 Paired delta (`PairedStat`), each reconstruction arm (every arm except the reference and
 the "blind" arm) against the reference arm ("orig"). Computed over the questions that have
@@ -461,7 +463,8 @@ def _mean_of_ratios(sums: np.ndarray, ratios: Sequence[int]) -> np.ndarray:
 def cluster_bootstrap_ci(
     correct: np.ndarray,
     clusters: np.ndarray,
-    iterations: int = 2000,
+    *,
+    iterations: int,
     seed: int = 0,
     level: float = 0.95,
 ) -> tuple[float, float]:
@@ -488,7 +491,8 @@ def paired_delta_ci(
     a: np.ndarray,
     b: np.ndarray,
     clusters: np.ndarray,
-    iterations: int = 2000,
+    *,
+    iterations: int,
     seed: int = 0,
     level: float = 0.95,
 ) -> tuple[float, float]:
@@ -703,7 +707,7 @@ def summarize(
     *,
     reference_arm: str = ORIG,
     blind_arm: str = BLIND,
-    iterations: int = 2000,
+    iterations: int,
     seed: int = 0,
     level: float = 0.95,
     prepared: FigureInput | None = None,
@@ -749,7 +753,7 @@ def summarize_view(
     records: Sequence[QuestionRecord],
     view: str,
     *,
-    iterations: int = 2000,
+    iterations: int,
     seed: int = 0,
     level: float = 0.95,
     prepared: FigureInput | None = None,
@@ -824,7 +828,7 @@ def summarize_aggregate(
     verdict: Callable[[str], str | None] = lambda qtype: None,
     reference_arm: str = ORIG,
     blind_arm: str = BLIND,
-    iterations: int = 2000,
+    iterations: int,
     seed: int = 0,
     level: float = 0.95,
     prepared: FigureInput | None = None,

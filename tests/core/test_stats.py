@@ -108,8 +108,8 @@ def test_mcnemar_rejects_bad_counts() -> None:
 
 def test_bootstrap_degenerate_data() -> None:
     clusters = np.repeat(np.arange(20), 5)
-    assert cluster_bootstrap_ci(np.ones(100, bool), clusters, seed=3) == (1.0, 1.0)
-    assert cluster_bootstrap_ci(np.zeros(100, bool), clusters, seed=3) == (0.0, 0.0)
+    assert cluster_bootstrap_ci(np.ones(100, bool), clusters, iterations=2000, seed=3) == (1.0, 1.0)
+    assert cluster_bootstrap_ci(np.zeros(100, bool), clusters, iterations=2000, seed=3) == (0.0, 0.0)
 
 
 def test_bootstrap_identical_cluster_means_give_zero_width() -> None:
@@ -171,12 +171,12 @@ def test_bootstrap_seed_order_and_edge_cases() -> None:
     assert a == cluster_bootstrap_ci(y[perm], images[perm], iterations=300, seed=11)
     assert a[0] < y.mean() < a[1]
     # Undefined rather than a falsely exact [p, p]:
-    assert all(math.isnan(v) for v in cluster_bootstrap_ci(y, np.zeros(500), seed=1))
+    assert all(math.isnan(v) for v in cluster_bootstrap_ci(y, np.zeros(500), iterations=2000, seed=1))
     assert all(math.isnan(v) for v in cluster_bootstrap_ci(y, images, iterations=0))
     with pytest.raises(ValueError, match="500 values but 3 cluster ids"):
-        cluster_bootstrap_ci(y, images[:3])
+        cluster_bootstrap_ci(y, images[:3], iterations=2000)
     with pytest.raises(ValueError, match="level"):
-        cluster_bootstrap_ci(y, images, level=95)
+        cluster_bootstrap_ci(y, images, iterations=2000, level=95)
 
 
 def test_bootstrap_many_clusters_chunked() -> None:
@@ -348,9 +348,9 @@ def test_to_dict_is_strict_json() -> None:
 
 def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="'q1' appears twice"):
-        summarize([rec("q1", "i", ("t",), orig=RIGHT), rec("q1", "j", ("t",), orig=RIGHT)])
+        summarize([rec("q1", "i", ("t",), orig=RIGHT), rec("q1", "j", ("t",), orig=RIGHT)], iterations=2000)
     with pytest.raises(ValueError, match="no question records"):
-        summarize([])
+        summarize([], iterations=2000)
     with pytest.raises(ValueError, match="status 'error' must have correct=False"):
         ArmOutcome("error", correct=True, parsed=True)
     with pytest.raises(ValueError, match="must be 'ok' or 'error'"):
