@@ -187,10 +187,11 @@ def _gates(gates: Sequence[Mapping[str, Any]] | None) -> Paragraph | Table:
         rows.append((
             cell(Code(str(g.get("expr", "")))),
             cell("PASS" if passed else "FAIL", "pass" if passed else "fail"),
+            cell(str(g.get("figure") or F.MISSING)),
             cell(F.number(v, ".4g") if isinstance(v, int | float) else F.MISSING),
             cell(str(g.get("reason", ""))),
         ))
-    return Table((_text("gate"), _text("result"), _num("value"), _text("reason")), tuple(rows))
+    return Table((_text("gate"), _text("result"), _text("figure"), _num("value"), _text("reason")), tuple(rows))
 
 
 def _accuracy(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
