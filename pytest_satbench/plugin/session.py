@@ -226,7 +226,11 @@ class SatbenchSession:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         # an xdist controller collects nothing: its workers' collection lines come with their output
-        got = (getattr(node, "workeroutput", None) or {}).get("satbench_collection")
+        output = getattr(node, "workeroutput", None) or {}
+        stopped = output.get("satbench_stopped")  # a worker's stop (store, servers, model) is the run's
+        if stopped:
+            self._stop(None, int(stopped[0]), str(stopped[1]))
+        got = output.get("satbench_collection")
         if got and not self._from_workers:
             self._from_workers = True
             self._notes, self.left_out = list(got.get("notes") or ()), list(got.get("left_out") or ())
@@ -547,6 +551,9 @@ class SatbenchSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Controller (or the only process), after every item: from the store's rows, the
         statistics, gates and reports, all through `core.results`."""
+        workeroutput = getattr(self.config, "workeroutput", None)
+        if workeroutput is not None and self.stopped is not None:
+            workeroutput["satbench_stopped"] = list(self.stopped)  # for the controller (pytest_testnodedown)
         try:
             self.not_reached = self._never_reached(session)
             self._finish_run(session)
@@ -690,6 +697,12 @@ class SatbenchSession:
         from _pytest.main import Interrupted
 
         if isinstance(excinfo.value, Interrupted):
+            return
+        if self.stopped is not None and (self._signals is None or self._signals.received is None):
+            # an xdist controller's end after a worker's stop: said once, as pytest says its own
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None and getattr(reporter, "_keyboardinterrupt_memo", None) is not None:
+                reporter._keyboardinterrupt_memo = _OneLine(f"Interrupted: satbench: {self.stopped[1]}")
             return
         self.interrupted = True
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
