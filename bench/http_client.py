@@ -44,7 +44,7 @@ try:
 except ImportError:  # not a dependency of the plugin: only this comparison needs it
     raise SystemExit("bench/http_client.py compares against urllib3: .venv/bin/pip install urllib3") from None
 
-from pytest_satbench.engine.client import chat_payload
+from pytest_satbench.engine.wire import chat_payload
 from pytest_satbench.engine.transport import Connections
 
 PATH = "/v1/chat/completions"

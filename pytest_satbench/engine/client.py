@@ -5,12 +5,12 @@ over the servers by load, caps the requests in flight, retries transient failure
 per-server usage accounting. It knows nothing about questions or scoring: a wrong answer is an
 answer, and is never retried.
 
-Only a real answer is an answer. An HTTP 200 whose body has no `choices`, an empty list, no
-`message`, a `content` that is null or missing, an `error` object, or a `model` other than the
-one asked for (and not one of `model_aliases`) is a transient failure: retried (on another
-server when there is one), then a RequestFailed naming the server and the reason, never an
-Answer. An empty string is an answer: the model produced it (a model may say nothing), and
-it is scored as any other text.
+Only a real answer is an answer: every reply passes one gate (`wire.read_completion`, where
+the rules are) before anything else sees it. A reply without an answer is a transient
+failure: retried (on another server when there is one), then a RequestFailed naming the
+server and the reason, never an Answer. The wire format lives in `engine/wire.py`, the
+failure types and their advice in `engine/failures.py`; this module is the pool: slots,
+retries, servers up and down, accounting.
 
 Bounded requests. `timeout` is the deadline of each attempt as a whole (connect, send, the
 reply's headers and body), so a server that trickles its reply or sends it without end fails
@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import email.utils
-import json
 import math
 import random
 import threading
@@ -45,34 +43,42 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pytest_satbench.engine.concurrency import ConcurrencySpec
+from pytest_satbench.engine.failures import (
+    PROXY_ADVICE,
+    AttemptFailed,
+    ModelMismatch,
+    RequestFailed,
+    ServerUnavailable,
+    final_advice,
+    health_failure,
+    transport_failure,
+)
 from pytest_satbench.engine.limits import EngineMetrics, Limiter, LimitPoint
 from pytest_satbench.engine.transport import (
     MAX_BODY_BYTES,
     Connections,
     ProxySettings,
-    Response,
     TransportError,
+)
+from pytest_satbench.engine.wire import (
+    ModelCard,
+    chat_payload,
+    read_completion,
+    read_model_list,
 )
 
 __all__ = [
     "MAX_REPLY_BYTES",
     "MAX_TEXT_CHARS",
-    "RETRY_AFTER_MAX_S",
     "Answer",
-    "ModelCard",
-    "ModelMismatch",
-    "RequestFailed",
-    "ServerPool",
+    "ModelMismatch",  # re-exported for engine/runtime.py, which imports it from here
+    "ServerCounters",
     "ServerLoad",
+    "ServerPool",
     "ServerState",
-    "ServerUnavailable",
-    "ServerUsage",
+    "ServerUnavailable",  # re-exported for engine/runtime.py, which imports it from here
 ]
 
-# A Retry-After beyond this is treated as this. Rate limiters sometimes answer with the length
-# of a whole quota window (an hour); honouring that literally would look like a hung run, and
-# a retry that is refused again simply waits again.
-RETRY_AFTER_MAX_S = 120.0
 # Defaults of ServerPool's caps: a reply body (bytes) and an answer's stored text (characters).
 MAX_REPLY_BYTES = MAX_BODY_BYTES
 MAX_TEXT_CHARS = 64 * 1024
@@ -80,16 +86,11 @@ MAX_TEXT_CHARS = 64 * 1024
 CONTROL_PERIOD_S = 0.25
 # A /metrics page slower than this is skipped for this tick (the limiter holds).
 METRICS_TIMEOUT_S = 2.0
-# Latencies ServerUsage summarises: the latest this many answers of a server.
+# Latencies ServerCounters summarises: the latest this many answers of a server.
 LATENCY_SAMPLES = 10_000
 # Health checks are a GET of a tiny list; a server that cannot answer it in this time is not
 # ready, whatever --request-timeout says.
 HEALTH_TIMEOUT_S = 60.0
-_SNIPPET = 200  # characters of a server's error message quoted in our one-line errors
-_PROXY_ADVICE = ("check HTTPS_PROXY / HTTP_PROXY (an http://[USER:PASSWORD@]HOST:PORT URL), "
-                 "or add the server to NO_PROXY")
-_PROXY_AUTH_ADVICE = ("the proxy wants credentials: put them in the proxy URL, "
-                      "HTTPS_PROXY / HTTP_PROXY=http://USER:PASSWORD@HOST:PORT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,36 +105,14 @@ class Answer:
     cost: float | None  # usage.cost when the server reports it (OpenRouter)
     attempts: int
     clipped: bool = False  # the text was longer than max_text_chars and is its first max_text_chars
-
-
-class RequestFailed(Exception):
-    """A chat request that did not produce an answer. str() is one line.
-
-    `transient` is True when the request gave up on failures that might pass (server down,
-    overloaded, timeouts, a 200 without an answer); False when the same request would fail
-    the same way again (a 4xx refusal, a reply over the size cap).
-    """
-
-    def __init__(self, message: str, *, server: str, attempts: int, status: int | None,
-                 transient: bool) -> None:
-        super().__init__(message)
-        self.server = server
-        self.attempts = attempts
-        self.status = status
-        self.transient = transient
-
-
-class ServerUnavailable(Exception):
-    """A server failed its health check. str() is one line naming the server."""
-
-
-class ModelMismatch(Exception):
-    """The servers do not serve one common model, or not the one asked for. One line."""
+    reasoning_chars: int | None = None  # what the model spent thinking (reasoning_content), in characters
+    usage_dropped: int = 0  # usage values the gate dropped (not finite non-negative numbers)
 
 
 @dataclass(frozen=True, slots=True)
-class ServerUsage:
-    """Snapshot of one server's accounting. Plain data: safe to pickle or send to a controller."""
+class ServerCounters:
+    """Snapshot of what the client counted of one server. Plain data: safe to pickle or send
+    to a controller."""
 
     server: str
     requests: int  # HTTP attempts sent to this server
@@ -150,6 +129,8 @@ class ServerUsage:
     limit_history: tuple[LimitPoint, ...] = field(default=(), repr=False)  # each change
     max_in_flight: int = 0  # the most it had in flight at once
     steered_by: str = ""  # "metrics", "latency" or "fixed": what set its limit
+    usage_dropped: int = 0  # usage values dropped from its answers (not finite non-negative numbers)
+    resent: int = 0  # requests sent again because a reused connection was closed under them
 
     @property
     def latency_mean_s(self) -> float | None:
@@ -175,19 +156,20 @@ class ServerUsage:
             "latency_p95_s": self.latency_p95_s,
             "limit": self.limit, "max_in_flight": self.max_in_flight, "steered_by": self.steered_by,
             "limit_history": [[p.t, p.limit, p.why] for p in self.limit_history],
+            "usage_dropped": self.usage_dropped, "resent": self.resent,
         }
 
     @staticmethod
-    def combine(parts: Iterable[ServerUsage]) -> ServerUsage:
+    def combine(parts: Iterable[ServerCounters]) -> ServerCounters:
         """Merge snapshots of the same server (e.g. one per xdist worker)."""
         parts = list(parts)
         if not parts:
-            raise ValueError("ServerUsage.combine needs at least one snapshot")
+            raise ValueError("ServerCounters.combine needs at least one snapshot")
         costs = [p.cost for p in parts if p.cost is not None]
         models: Counter[str] = Counter()
         for p in parts:
             models.update(p.models)
-        return ServerUsage(
+        return ServerCounters(
             server=parts[0].server,
             requests=sum(p.requests for p in parts), answered=sum(p.answered for p in parts),
             failures=sum(p.failures for p in parts), retries=sum(p.retries for p in parts),
@@ -200,6 +182,7 @@ class ServerUsage:
             limit=sum(p.limit for p in parts if p.limit is not None) if any(p.limit for p in parts) else None,
             max_in_flight=sum(p.max_in_flight for p in parts),
             steered_by=parts[0].steered_by,
+            usage_dropped=sum(p.usage_dropped for p in parts), resent=sum(p.resent for p in parts),
         )
 
 
@@ -213,16 +196,6 @@ class ServerState:
     last_error: str | None  # the reason of its last failed attempt, one line, no credentials
     last_error_at: float | None
     failures_in_a_row: int  # failed attempts since its last answer, of any kind
-
-
-@dataclass(frozen=True, slots=True)
-class ModelCard:
-    """What a server says of a model it serves (vLLM's /v1/models): the same id can be served
-    from other weights (`root`, the path or repository they were loaded from) or with another
-    context length."""
-
-    root: str | None
-    max_model_len: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,56 +245,13 @@ def _display(url: str) -> str:
     return urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
 
 
-def _one_line(text: str, limit: int = _SNIPPET) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _error_snippet(resp: Response) -> str:
-    """The server's own error message, from the usual JSON shapes or the raw body."""
-    try:
-        body = resp.json()
-    except ValueError:
-        body = None
-    msg: Any = None
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict):
-            msg = err.get("message")
-        elif isinstance(err, str):
-            msg = err
-        msg = msg or body.get("message") or body.get("detail")
-    if not msg:
-        msg = resp.text
-    return _one_line(msg) if msg else "(empty body)"
-
-
-def _retry_after(resp: Response) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP-date), capped."""
-    raw = resp.headers.get("Retry-After")
-    if raw is None:
-        return None
-    raw = raw.strip()
-    try:
-        secs = float(raw)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(raw)
-        except (TypeError, ValueError):
-            return None
-        secs = when.timestamp() - time.time()
-    if not math.isfinite(secs):
-        return None
-    return min(max(secs, 0.0), RETRY_AFTER_MAX_S)
-
-
 @dataclass(eq=False, slots=True)
 class _Server:
     url: str  # for connecting only: it may carry user:password@
     name: str  # the URL as shown everywhere (answers, usage, errors)
     conns: Connections
+    limiter: Limiter  # its in-flight limit
     route: str = ""  # how failures name it: the name, plus the proxy it is reached through
-    limiter: Limiter | None = None  # its in-flight limit (set by the pool)
     in_flight: int = 0
     max_in_flight: int = 0
     metrics: bool | None = None  # serves vLLM /metrics; None: not asked yet
@@ -345,28 +275,11 @@ class _Server:
     completion_tokens: int = 0
     cost: float | None = None
     cost_reported: int = 0
+    usage_dropped: int = 0
     model_counts: Counter[str] = field(default_factory=Counter)
     # the latest answers' latencies, for usage(); bounded so a 222k-question run keeps no list
     # per request (the reports take latency from the stored rows)
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_SAMPLES))
-
-
-class _Attempt(Exception):
-    """One failed attempt; internal. `transient` decides whether another try is worth it."""
-
-    def __init__(self, reason: str, *, transient: bool, status: int | None = None,
-                 retry_after: float | None = None, server_down: bool = False,
-                 advice: str | None = None, other_model: str | None = None,
-                 overload: bool = False) -> None:
-        super().__init__(reason)
-        self.overload = overload  # the server says it has more than it can take
-        self.other_model = other_model  # the reply named this model, not the one asked for
-        self.reason = reason
-        self.transient = transient
-        self.status = status
-        self.retry_after = retry_after
-        self.server_down = server_down
-        self.advice = advice  # what to do, when it is not the server's doing (a proxy's)
 
 
 class ServerPool:
@@ -426,13 +339,15 @@ class ServerPool:
         # The proxy environment is read once, here: every server routes by the same snapshot.
         proxies = ProxySettings.from_environment() if proxies is None else proxies
         # One keep-alive pool per server: connections are reused instead of opening one per
-        # request (the seed did). Nothing below retries on its own: we decide what is
-        # retried, and a POST must not be replayed behind our back.
+        # request (the seed did). Nothing below retries a request the server may have
+        # received: we decide what is retried (the transport only sends again a request that
+        # a reused connection dropped before it got in).
         if names is not None and len(names) != len(norm):
             raise ValueError(f"{len(names)} server names for {len(norm)} servers")
         shown = list(names) if names is not None else [_display(u) for u in norm]
+        started = time.monotonic()
         self._servers = [
-            _Server(url=u, name=name, conns=Connections(
+            _Server(url=u, name=name, limiter=concurrency.limiter(started), conns=Connections(
                 u, connect_timeout=self.connect_timeout, read_timeout=self.timeout, headers=headers,
                 proxies=proxies, max_body=self.max_reply_bytes))
             for u, name in zip(norm, shown, strict=True)
@@ -446,9 +361,7 @@ class ServerPool:
                 self._secrets.append(proxy.password)
         self._lock = threading.Lock()
         self._slot_freed = threading.Condition(self._lock)  # a request ended or a limit rose
-        started = time.monotonic()
         for srv in self._servers:
-            srv.limiter = concurrency.limiter(started)
             if not concurrency.metrics:
                 srv.metrics = False
         self._total_cap = concurrency.total_cap
@@ -497,7 +410,7 @@ class ServerPool:
         for srv in self._servers:
             try:
                 ids = self._list_models(srv)
-            except _Attempt as e:
+            except AttemptFailed as e:
                 problems.append(f"{srv.route} ({e.reason}; {e.advice})" if e.advice
                                 else f"{srv.route} ({e.reason})")
                 proxied = proxied or (srv.conns.proxy is not None and not e.advice)
@@ -506,7 +419,7 @@ class ServerPool:
             result[srv.name] = ids
         if problems:
             what = "server fails" if len(problems) == 1 else "servers fail"
-            via = f"; if it is the proxy, {_PROXY_ADVICE}" if proxied else ""
+            via = f"; if it is the proxy, {PROXY_ADVICE}" if proxied else ""
             raise ServerUnavailable(self._scrub(
                 f"{what} the health check GET /v1/models: {'; '.join(problems)}; "
                 f"start the server(s) or fix --servers (and the API key for 401/403){via}"))
@@ -516,27 +429,9 @@ class ServerPool:
         try:
             r = srv.conns.request("GET", "/v1/models", timeout=min(self.timeout, HEALTH_TIMEOUT_S))
         except TransportError as e:
-            if e.kind == "proxy":
-                raise _proxy_attempt(e) from None
-            if e.kind in ("timeout", "connect-timeout"):
-                raise _Attempt("timed out", transient=True) from None
-            raise _Attempt(_one_line(str(e)), transient=e.kind != "too-large") from None
-        if r.status == 407 and srv.conns.proxy is not None:
-            raise _proxy_auth_attempt(r)
-        if r.status != 200:
-            raise _Attempt(f"HTTP {r.status}: {_error_snippet(r)}", transient=False,
-                           status=r.status)
-        try:
-            data = r.json()["data"]
-            ids = [str(m["id"]) for m in data]
-            srv.cards = {str(m["id"]): ModelCard(_str_or_none(m.get("root")), _int_or_none(m.get("max_model_len")))
-                         for m in data if isinstance(m, dict)}
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise _Attempt(f"answered HTTP 200 but not an OpenAI model list: {_error_snippet(r)}",
-                           transient=False) from None
-        if not ids:
-            raise _Attempt("serves no model (empty /v1/models list)", transient=False)
-        return ids
+            raise health_failure(e) from None
+        srv.cards = read_model_list(r, proxied=srv.conns.proxy is not None)
+        return list(srv.cards)
 
     def resolve_model(self, requested: str | None) -> str:
         """The model to ask for. None: the one model every server lists; given: every server
@@ -592,7 +487,7 @@ class ServerPool:
 
         tries = 1 + self.retries
         last_failed: _Server | None = None
-        failure: _Attempt | None = None
+        failure: AttemptFailed | None = None
         srv: _Server | None = None
         tried: list[str] = []
         for attempt in range(1, tries + 1):
@@ -606,7 +501,7 @@ class ServerPool:
                 tried.append(srv.name)
             try:
                 answer = self._attempt(srv, payload, model, attempt)
-            except _Attempt as e:
+            except AttemptFailed as e:
                 failure = e
                 self._record_failure(srv, e)
                 if not e.transient:
@@ -617,21 +512,7 @@ class ServerPool:
                 self._release(srv)
             return answer
         assert failure is not None and srv is not None
-        if failure.advice:
-            advice = failure.advice
-        elif failure.transient and failure.server_down and srv.conns.proxy is not None:
-            advice = "the server or the proxy is down; " + _PROXY_ADVICE
-        elif failure.transient:
-            advice = ("the server is down, overloaded or too slow; check it, or raise "
-                      "--retries / --request-timeout")
-        elif failure.status in (401, 403):
-            advice = "check the API key (OPENAI_API_KEY / SATBENCH_API_KEY)"
-            if srv.conns.proxy is not None:  # a forward proxy's refusal looks the same
-                advice += "; if the proxy refused it, " + _PROXY_ADVICE
-        elif failure.status == 404:
-            advice = "check --model and the server URL"
-        else:
-            advice = "the server refused this request; check --model and --max-new against the server"
+        advice = final_advice(failure, proxied=srv.conns.proxy is not None)
         n = attempt
         where = f" (on {', '.join(tried)})" if len(tried) > 1 else ""
         msg = (f"{srv.route}: POST /v1/chat/completions failed after {n} "
@@ -658,7 +539,7 @@ class ServerPool:
                         if srv.not_before > now:
                             soonest = min(soonest, srv.not_before)
                             continue
-                        limit = srv.limiter.limit  # type: ignore[union-attr]
+                        limit = srv.limiter.limit
                         if srv.in_flight >= limit:
                             continue
                         # The emptiest server relative to its own limit: servers fill in
@@ -673,7 +554,7 @@ class ServerPool:
                     best.max_in_flight = max(best.max_in_flight, best.in_flight)
                     self._in_flight += 1
                     self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
-                    best.limiter.in_flight_changed(now, best.in_flight)  # type: ignore[union-attr]
+                    best.limiter.in_flight_changed(now, best.in_flight)
                     return best
                 self._slot_freed.wait(min(soonest - now, 1.0) if soonest < math.inf else 1.0)
 
@@ -681,7 +562,7 @@ class ServerPool:
         with self._slot_freed:
             srv.in_flight -= 1
             self._in_flight -= 1
-            srv.limiter.in_flight_changed(time.monotonic(), srv.in_flight)  # type: ignore[union-attr]
+            srv.limiter.in_flight_changed(time.monotonic(), srv.in_flight)
             self._slot_freed.notify()
 
     def _attempt(self, srv: _Server, payload: bytes, model: str, attempt: int) -> Answer:
@@ -693,31 +574,23 @@ class ServerPool:
         try:
             r = srv.conns.request("POST", "/v1/chat/completions", payload)
         except TransportError as e:
-            raise self._transport_attempt(e) from None
+            raise transport_failure(e, connect_timeout=self.connect_timeout, timeout=self.timeout) from None
         latency = time.monotonic() - t0
-
-        status = r.status
-        if status == 407 and srv.conns.proxy is not None:
-            raise _proxy_auth_attempt(r)
-        if status == 429 or status == 408 or status >= 500:
-            raise _Attempt(f"HTTP {status}: {_error_snippet(r)}", transient=True, status=status,
-                           retry_after=_retry_after(r), overload=status in (429, 503, 504))
-        if not 200 <= status < 300:
-            raise _Attempt(f"HTTP {status}: {_error_snippet(r)}", transient=False, status=status)
-        data, choice, content = _completion(r, model, self.model_aliases)
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        clipped = len(content) > self.max_text_chars
+        got = read_completion(r, model, self.model_aliases, proxied=srv.conns.proxy is not None)
+        clipped = len(got.text) > self.max_text_chars
         ans = Answer(
-            text=content[: self.max_text_chars] if clipped else content,
-            finish_reason=_str_or_none(choice.get("finish_reason")),
-            model=str(data.get("model") or model),
+            text=got.text[: self.max_text_chars] if clipped else got.text,
+            finish_reason=got.finish_reason,
+            model=got.model or model,
             server=srv.name,
             latency_s=latency,
-            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
-            completion_tokens=_int_or_none(usage.get("completion_tokens")),
-            cost=_float_or_none(usage.get("cost")),
+            prompt_tokens=got.prompt_tokens,
+            completion_tokens=got.completion_tokens,
+            cost=got.cost,
             attempts=attempt,
             clipped=clipped,
+            reasoning_chars=got.reasoning_chars,
+            usage_dropped=got.usage_dropped,
         )
         now = time.monotonic()
         with self._lock:
@@ -728,6 +601,7 @@ class ServerPool:
             if srv.down:
                 srv.down = False
                 self._events.append((srv.name, True, f"answering again after {now - srv.down_since:.0f} s down"))
+            srv.usage_dropped += ans.usage_dropped
             srv.prompt_tokens += ans.prompt_tokens or 0
             srv.completion_tokens += ans.completion_tokens or 0
             if ans.cost is not None:
@@ -735,38 +609,17 @@ class ServerPool:
                 srv.cost_reported += 1
             srv.model_counts[ans.model] += 1
             srv.latencies.append(latency)
-            srv.limiter.completed(now, latency)  # type: ignore[union-attr]
+            srv.limiter.completed(now, latency)
         if self._events:
             self._notify()
         return ans
-
-    def _transport_attempt(self, e: TransportError) -> _Attempt:
-        if e.kind == "proxy":
-            return _proxy_attempt(e)
-        if e.kind == "connect-timeout":
-            return _Attempt(f"timed out (no connection within {self.connect_timeout:g} s)",
-                            transient=True, server_down=True)
-        if e.kind == "connect":  # refused or unreachable: the only failure that marks it down
-            return _Attempt(f"connection failed ({_one_line(str(e))})", transient=True, server_down=True)
-        if e.kind == "timeout":
-            return _Attempt(f"timed out (no complete reply within --request-timeout {self.timeout:g} s: "
-                            f"{e.detail})", transient=True, overload=True)
-        if e.kind == "too-large":
-            return _Attempt(f"reply too large ({_one_line(str(e))})", transient=False, status=e.status,
-                            advice="a chat reply this large is a runaway (an endless or unbounded body); "
-                                   "check the server, or raise --max-reply-bytes")
-        if e.kind == "cut-off":
-            return _Attempt(f"response cut off ({_one_line(str(e))})", transient=True)
-        # reset after the request went out, or not HTTP: retried, and the server is not paused
-        # (a reset mid-body says nothing about the next request: it is not a refusal)
-        return _Attempt(f"connection failed ({_one_line(str(e))})", transient=True)
 
     def model_swap(self) -> tuple[str, str] | None:
         """(server, model id) of the first reply that named another model than the one asked
         for (and no allowed alias): the servers were swapped under the run. None otherwise."""
         return self._model_swap
 
-    def _record_failure(self, srv: _Server, e: _Attempt) -> None:
+    def _record_failure(self, srv: _Server, e: AttemptFailed) -> None:
         with self._lock:
             if e.other_model is not None and self._model_swap is None:
                 self._model_swap = (srv.name, e.other_model)
@@ -778,7 +631,7 @@ class ServerPool:
             if e.retry_after is not None:
                 srv.not_before = max(srv.not_before, now + e.retry_after)
             if e.overload:
-                srv.limiter.overloaded(now)  # type: ignore[union-attr]
+                srv.limiter.overloaded(now)
             if e.server_down:
                 # A refusing server answers instantly, so "fewest in flight" would send it
                 # every request; a growing cool-down keeps traffic on the live servers and
@@ -826,9 +679,9 @@ class ServerPool:
                     if metrics is None and srv.metrics:
                         continue  # a missed scrape of a server with metrics: hold its limit
                 with self._slot_freed:
-                    before = srv.limiter.limit  # type: ignore[union-attr]
-                    srv.limiter.tick(time.monotonic(), metrics)  # type: ignore[union-attr]
-                    if srv.limiter.limit > before:  # type: ignore[union-attr]
+                    before = srv.limiter.limit
+                    srv.limiter.tick(time.monotonic(), metrics)
+                    if srv.limiter.limit > before:
                         self._slot_freed.notify_all()
 
     def _scrape(self, srv: _Server) -> EngineMetrics | None:
@@ -849,18 +702,18 @@ class ServerPool:
     def loads(self) -> list[ServerLoad]:
         """Each server's in flight, limit and counters now, in --servers order."""
         with self._lock:
-            return [ServerLoad(s.name, not s.down, s.in_flight, s.limiter.limit,  # type: ignore[union-attr]
+            return [ServerLoad(s.name, not s.down, s.in_flight, s.limiter.limit,
                                s.requests, s.answered, s.failures, s.retries) for s in self._servers]
 
     def limits(self) -> dict[str, int]:
         """Each server's in-flight limit now."""
         with self._lock:
-            return {s.name: s.limiter.limit for s in self._servers}  # type: ignore[union-attr]
+            return {s.name: s.limiter.limit for s in self._servers}
 
     def max_in_flight(self) -> int:
         """The most this pool can have in flight now (what a caller should keep queued)."""
         with self._lock:
-            room = sum(s.limiter.limit for s in self._servers)  # type: ignore[union-attr]
+            room = sum(s.limiter.limit for s in self._servers)
         return room if self._total_cap is None else min(room, self._total_cap)
 
     def peak_in_flight(self) -> int:
@@ -888,17 +741,18 @@ class ServerPool:
             }
 
     # ------------------------------------------------------------------ accounting
-    def usage(self) -> dict[str, ServerUsage]:
+    def usage(self) -> dict[str, ServerCounters]:
         with self._lock:
             return {
-                s.name: ServerUsage(
+                s.name: ServerCounters(
                     server=s.name, requests=s.requests, answered=s.answered, failures=s.failures,
                     retries=s.retries, prompt_tokens=s.prompt_tokens,
                     completion_tokens=s.completion_tokens, cost=s.cost,
                     cost_reported=s.cost_reported, models=Counter(s.model_counts),
-                    latencies_s=tuple(s.latencies), limit=s.limiter.limit,  # type: ignore[union-attr]
-                    limit_history=s.limiter.history, max_in_flight=s.max_in_flight,  # type: ignore[union-attr]
+                    latencies_s=tuple(s.latencies), limit=s.limiter.limit,
+                    limit_history=s.limiter.history, max_in_flight=s.max_in_flight,
                     steered_by=_steered_by(s, self.concurrency),
+                    usage_dropped=s.usage_dropped, resent=s.conns.resent,
                 )
                 for s in self._servers
             }
@@ -918,106 +772,3 @@ def _steered_by(srv: _Server, spec: ConcurrencySpec) -> str:
     if not spec.adaptive:
         return "fixed"
     return "metrics" if srv.metrics else "latency"
-
-
-def _proxy_attempt(e: TransportError) -> _Attempt:
-    """The proxy refused the tunnel, or its URL is unusable. Refusals it might lift (5xx: it
-    cannot reach the server just now) are retried; a 403 or 407 would only be refused again."""
-    status = e.status
-    if status is None:
-        return _Attempt(_one_line(str(e)), transient=False, advice=_PROXY_ADVICE)
-    if status == 407:
-        return _Attempt(_one_line(str(e)), transient=False, status=status, advice=_PROXY_AUTH_ADVICE)
-    transient = status >= 500 or status in (408, 429)
-    return _Attempt(_one_line(str(e)), transient=transient, status=status, server_down=transient,
-                    advice=None if transient else _PROXY_ADVICE)
-
-
-def _proxy_auth_attempt(r: Response) -> _Attempt:
-    # A forward proxy answers 407 itself; it would answer every retry the same way.
-    return _Attempt(f"HTTP 407 from the proxy: {_error_snippet(r)}", transient=False, status=407,
-                    advice=_PROXY_AUTH_ADVICE)
-
-
-def _completion(r: Response, model: str, aliases: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any], str]:
-    """(body, choices[0], content) of an HTTP 200 that holds a real answer from `model` (or
-    one of its aliases); raises a transient _Attempt naming what is wrong otherwise. A 200
-    without an answer is a proxy or server hiccup (a truncated body, an HTML error page, an
-    error object, a generation that produced nothing); it says nothing about the question."""
-
-    def fault(what: str, advice: str = "the server replied without an answer; check its log, "
-                                       "or raise --retries", other_model: str | None = None) -> _Attempt:
-        return _Attempt(f"HTTP 200 but {what}", transient=True, status=200, advice=advice, other_model=other_model)
-
-    try:
-        data = r.json()
-    except ValueError:
-        raise fault(f"not a chat completion: {_error_snippet(r)}") from None
-    if not isinstance(data, dict):
-        raise fault(f"not a chat completion: {_error_snippet(r)}")
-    if data.get("error"):
-        raise fault(f"an error object: {_error_snippet(r)}")
-    choices = data.get("choices")
-    if not isinstance(choices, list):
-        raise fault(f"no choices: {_error_snippet(r)}")
-    if not choices:
-        raise fault("an empty choices list")
-    choice = choices[0]
-    message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
-        raise fault("no message in choices[0]")
-    finish = choice.get("finish_reason")
-    raw = content = message.get("content")
-    if isinstance(content, list):  # some servers return content parts
-        texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        content = "".join(texts) if texts else None
-    if not isinstance(content, str):
-        state = ("missing" if "content" not in message else "null" if raw is None
-                 else "parts without text" if isinstance(raw, list) else f"not text ({type(raw).__name__})")
-        hint = (" (the whole --max-new went on something else, e.g. reasoning; raise --max-new)"
-                if finish == "length" else "")
-        raise fault(f"no answer: content {state}, finish_reason {finish!r}{hint}")
-    returned = data.get("model")
-    if returned and returned != model and returned not in aliases:
-        raise fault(f"the reply is from model {_one_line(str(returned), 80)!r}, not {model!r}",
-                    advice=f"check --servers; if {_one_line(str(returned), 80)!r} is another name "
-                           "of the same model, pass --allow-model-alias with it",
-                    other_model=_one_line(str(returned), 80))
-    return data, choice, content
-
-
-def chat_payload(model: str, prompt: str, image_b64: bytes | None, max_tokens: int,
-                 temperature: float) -> bytes:
-    """The request body, as `json.dumps` of the seed's message would give it.
-
-    Built by joining pieces so the base64 image (tens of kB, pure ASCII, nothing to escape)
-    is never scanned by the JSON encoder: questions about one image share its base64 bytes
-    (`image_b64`, encoded once per image by the caller), and only the short parts are encoded.
-    """
-    head = json.dumps({"model": model, "temperature": temperature, "max_tokens": max_tokens})
-    text = json.dumps({"type": "text", "text": prompt}).encode()
-    if image_b64 is None:
-        content = b"[" + text + b"]"
-    else:
-        content = (b'[{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,'
-                   + image_b64 + b'"}}, ' + text + b"]")
-    return head[:-1].encode() + b', "messages": [{"role": "user", "content": ' + content + b"}]}"
-
-
-def _int_or_none(v: Any) -> int | None:
-    try:
-        return None if v is None or isinstance(v, bool) else int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _str_or_none(v: Any) -> str | None:
-    return v if v is None or isinstance(v, str) else str(v)
-
-
-def _float_or_none(v: Any) -> float | None:
-    try:
-        f = None if v is None or isinstance(v, bool) else float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if f is not None and math.isfinite(f) else None

@@ -17,15 +17,8 @@ import numpy as np
 import pytest
 from servers import Fail, FakeVLM, dead_url, one_line
 
-from pytest_satbench.engine.client import (
-    Answer,
-    ModelMismatch,
-    RequestFailed,
-    ServerPool,
-    ServerUnavailable,
-    ServerUsage,
-    _percentile,
-)
+from pytest_satbench.engine.client import Answer, ServerCounters, ServerPool, _percentile
+from pytest_satbench.engine.failures import ModelMismatch, RequestFailed, ServerUnavailable
 
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "timeout": 5.0, "connect_timeout": 2.0}
 JPEG = bytes(range(256)) * 3  # the client never decodes it; any bytes must round-trip
@@ -352,7 +345,7 @@ def test_usage_accounting_per_server() -> None:
     assert ua.latency_p50_s is not None and ua.latency_p95_s >= ua.latency_p50_s > 0
     d = ua.to_dict()
     assert json.loads(json.dumps(d)) == d and d["cost"] == ua.cost
-    both = ServerUsage.combine([ua, ua])
+    both = ServerCounters.combine([ua, ua])
     assert both.answered == 2 * ua.answered and both.cost == pytest.approx(2 * ua.cost)
     assert both.models["provider/m-a"] == 2 * len(on_a) and len(both.latencies_s) == 2 * ua.answered
 
@@ -465,7 +458,7 @@ def test_credentials_in_server_url_never_shown() -> None:
 def test_chat_payload_is_the_seeds_message_as_json() -> None:
     import base64 as b64
 
-    from pytest_satbench.engine.client import chat_payload
+    from pytest_satbench.engine.wire import chat_payload
 
     image = bytes(range(256)) * 40
     prompt = 'Is there a "ship"?\nAnswer: é ✓'

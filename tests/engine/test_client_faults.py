@@ -20,13 +20,8 @@ from typing import Any
 import pytest
 from servers import Fail, FakeVLM, chat_completion, dead_url, one_line
 
-from pytest_satbench.engine.client import (
-    MAX_REPLY_BYTES,
-    MAX_TEXT_CHARS,
-    Answer,
-    RequestFailed,
-    ServerPool,
-)
+from pytest_satbench.engine.client import MAX_REPLY_BYTES, MAX_TEXT_CHARS, Answer, ServerPool
+from pytest_satbench.engine.failures import RequestFailed
 
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "timeout": 5.0, "connect_timeout": 2.0}
 
@@ -46,7 +41,8 @@ def ask(pool: ServerPool, prompt: str = "q") -> Answer:
 
 NO_ANSWER = {
     "content-null": (chat_completion(None), "content null"),
-    "content-null-length": (chat_completion(None, finish_reason="length"), "raise --max-new"),
+    # thinking is not saying: content null beside a reasoning text, without a stop for length
+    "content-null-reasoning-stop": (chat_completion(None, reasoning="let me see"), "content null"),
     "content-missing": ({"model": "m", "choices": [{"index": 0, "finish_reason": "stop",
                                                     "message": {"role": "assistant"}}]}, "content missing"),
     "content-parts-without-text": (chat_completion([{"type": "image_url"}]),  # type: ignore[arg-type]
@@ -396,7 +392,7 @@ def test_connections_bound_the_whole_request_and_the_body() -> None:
 
 
 def test_a_health_check_reply_over_the_cap_fails_it() -> None:
-    from pytest_satbench.engine.client import ServerUnavailable
+    from pytest_satbench.engine.failures import ServerUnavailable
 
     with (
         FakeVLM(["m"], fail_models=Fail.huge(2 * 2**20, chunked=True)) as srv,

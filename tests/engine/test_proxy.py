@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 import pytest
 from servers import FakeVLM, dead_url, one_line
 
-from pytest_satbench.engine.client import RequestFailed, ServerPool, ServerUnavailable
+from pytest_satbench.engine.client import ServerPool
+from pytest_satbench.engine.failures import RequestFailed, ServerUnavailable
 from pytest_satbench.engine.transport import Proxy, ProxySettings
 
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "timeout": 5.0, "connect_timeout": 2.0}
