@@ -37,6 +37,9 @@ class AnswerRow:
     created: float = 0.0
     run_id: str | None = None  # the run that asked it (a later run reusing it keeps this)
     clipped: bool | None = None  # the text was longer than --max-answer-chars and was cut there
+    # characters the model spent reasoning (reasoning_content), never scored; None when the reply
+    # had none. With finish_reason "length" and an empty text: it ran out of tokens thinking.
+    reasoning_chars: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

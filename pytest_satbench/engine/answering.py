@@ -21,7 +21,8 @@ from pytest_satbench.core.question import Question
 from pytest_satbench.core.redact import redact
 from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
 from pytest_satbench.core.verdict import QuestionResult, score_question
-from pytest_satbench.engine.client import Answer, RequestFailed, ServerPool
+from pytest_satbench.engine.client import Answer, ServerPool
+from pytest_satbench.engine.failures import RequestFailed
 from pytest_satbench.engine.fingerprint import AskSettings, arm_fingerprint
 from pytest_satbench.engine.images import ImageError, ImagePipeline, PreparedImage
 from pytest_satbench.engine.store import AnswerRow, ResultStore
@@ -323,7 +324,7 @@ class QuestionRunner:
             extracted=answer.text.strip()[:32], correct=verdict, parsed=True, finish_reason=answer.finish_reason,
             latency_s=answer.latency_s, prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
             cost=answer.cost, model=answer.model, server=answer.server, attempts=answer.attempts, run_id=self.run_id,
-            clipped=answer.clipped,
+            clipped=answer.clipped, reasoning_chars=answer.reasoning_chars,
         )
         self.store.put(row)
         return ArmResult(arm, "ok", text=answer.text, finish_reason=answer.finish_reason, latency_s=answer.latency_s,
@@ -372,6 +373,7 @@ class QuestionRunner:
             image_tokens=arm_image.tokens if arm_image else None,
             run_id=self.run_id,
             clipped=answer.clipped,
+            reasoning_chars=answer.reasoning_chars,
         )
         self.store.put(row)
         return ArmResult(

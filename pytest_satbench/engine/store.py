@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS answers (
     created REAL NOT NULL,
     run_id TEXT,
     clipped INTEGER,
+    reasoning_chars INTEGER,
     PRIMARY KEY (nodeid, arm, fingerprint)
 );
 CREATE TABLE IF NOT EXISTS runs (
@@ -222,9 +223,9 @@ class ResultStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = self._conn()
             conn.executescript(SCHEMA)
-            # stores written before answers recorded the run that asked them, or clipping
+            # stores written before answers recorded the run that asked them, clipping or reasoning
             have = {r[1] for r in conn.execute("PRAGMA table_info(answers)")}
-            for column, kind in (("run_id", "TEXT"), ("clipped", "INTEGER")):
+            for column, kind in (("run_id", "TEXT"), ("clipped", "INTEGER"), ("reasoning_chars", "INTEGER")):
                 if column not in have:
                     conn.execute(f"ALTER TABLE answers ADD COLUMN {column} {kind}")
             # stores written before images were sampled: their rows match no sample, so each
