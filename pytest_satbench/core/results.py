@@ -12,35 +12,34 @@ gets (0): it stays in every denominator.
 Besides the per-type statistics and the per-question views, every figure the benchmark
 declares (`Labels.figures`: the headline overall and average accuracy, computed as its
 protocol says, and the further figures its papers publish) is computed here with
-`stats.summarize_aggregate`, and `aggregate_views` pairs each with its label, so a figure and
-the sentence saying what it is travel together to the terminal, summary.json, per_type.csv
-and report.md. A loader's notes on how it read some questions (`labels.NOTE`) are counted
-into `BenchmarkResult.notes`.
+`stats.summarize_aggregate`, and `figures_json.aggregate_views` pairs each with its label, so
+a figure and the sentence saying what it is travel together to the terminal, summary.json,
+per_type.csv and report.md. A loader's notes on how it read some questions (`labels.NOTE`)
+are counted into `BenchmarkResult.notes`.
 
 Memory: the stored rows are read once, question by question (`stored` is a stream), and
 nothing per question is kept but what the statistics need: one `QuestionRecord` (its parts
 shared between questions that agree: image ids, types, outcomes, views) and one shared
-`QuestionOutcome` per distinct answer pattern for the answer analysis. Usage, the noise floor,
-the notes and the clipping counts are tallied as the rows go by; what needs every row
-(predictions.jsonl, the regressed gallery) gets each full `QuestionResult` through `each`
-as it is made. A 222,600-question run was ~2 GB of Python objects here when every row and
-score was kept for the reports.
+`QuestionOutcome` per distinct answer pattern for the answer analysis. The usage
+(`core.usage`), the noise floor, the notes and the clipping counts are tallied as the rows go
+by; what needs every row (predictions.jsonl, the regressed gallery) gets each full
+`QuestionResult` through `each` as it is made. A 222,600-question run was ~2 GB of Python
+objects here when every row and score was kept for the reports.
 """
 
 from __future__ import annotations
 
 import math
-from array import array
-from collections import Counter
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_satbench.core import arms as A
-from pytest_satbench.core.labels import AVERAGE, NOTE, OVERALL, Aggregate, Labels, notes
+from pytest_satbench.core.labels import NOTE, Aggregate, Labels, notes
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
 from pytest_satbench.core.scoring import Score, ScoreOptions, score
+from pytest_satbench.core.usage import Usage, UsageTally
 from pytest_satbench.core.verdict import (
     QuestionOutcome,
     QuestionResult,
@@ -64,50 +63,12 @@ from pytest_satbench.core.stats import (
 )
 
 __all__ = [
-    "BenchmarkResult", "Coverage", "NoiseFloor", "QuestionOutcome", "QuestionResult", "ServerUsage", "Usage",
-    "aggregate_views", "benchmark_results", "question_from", "question_record", "score_options",
+    "BenchmarkResult", "Coverage", "NoiseFloor", "QuestionOutcome", "QuestionResult",
+    "benchmark_results", "question_from", "question_record", "score_options",
 ]
 
 
 # --------------------------------------------------------------------------- records
-
-@dataclass(slots=True)
-class ServerUsage:
-    """One server's share of the run: answers and their usage from the stored rows, attempts
-    from what the clients counted (`traffic`)."""
-
-    answers: int = 0  # "ok" rows
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0  # sum of what the server reported
-    rows_with_cost: int = 0  # answers whose response carried a cost
-    latency_mean_s: float | None = None
-    latency_p50_s: float | None = None
-    latency_p95_s: float | None = None
-    models: dict[str, int] = field(default_factory=dict)  # model id as returned -> answers
-    requests: int | None = None  # HTTP attempts; None: the run did not record its traffic
-    failures: int | None = None  # attempts that failed (a retry may have answered later)
-    retries: int | None = None  # attempts that were retries
-    # the client's in-flight limit for this server, summed over the run's processes
-    limit: int | None = None  # at the end; None: the run did not record its limits
-    peak_in_flight: int | None = None  # the most in flight at once (per process, summed)
-    steered_by: str = ""  # metrics, latency or fixed (see engine/limits.py)
-
-
-@dataclass(slots=True)
-class Usage:
-    total: ServerUsage
-    by_server: dict[str, ServerUsage]
-    errors: int  # error rows (no answer after retries); they have no usage
-    errors_by_arm: dict[str, int]
-    image_tokens: dict[str, float | None]  # arm -> mean image tokens per answer (None: not reported)
-    asked: int  # answers asked by this run
-    reused: int  # answers this run took from the store (asked by an earlier run)
-    limits: tuple[LimitTrace, ...] = ()  # each server's limits over the run, per process
-    # answers this run did not record, of questions or arms it did not select (a report of several
-    # runs of a tag, `Coverage`): its tag's earlier runs recorded them
-    earlier: int = 0
-
 
 @dataclass(frozen=True, slots=True)
 class NoiseFloor:
@@ -334,65 +295,13 @@ class _Shared:
         return self._one(key, make)
 
 
-@dataclass(slots=True)
-class _ServerTally:
-    """One server's answers, summed as they go by (`_server_usage` of the full list)."""
-
-    answers: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    rows_with_cost: int = 0
-    latencies: array = field(default_factory=lambda: array("d"))  # 8 bytes per answer
-    models: Counter[str] = field(default_factory=Counter)
-    _model: dict[str | None, str] = field(default_factory=dict)  # str(model) once per model
-
-    def add(self, r: AnswerRow) -> None:
-        self.answers += 1
-        if r.latency_s is not None:
-            self.latencies.append(r.latency_s)
-        self.prompt_tokens += r.prompt_tokens or 0
-        self.completion_tokens += r.completion_tokens or 0
-        if r.cost is not None:
-            self.cost += r.cost
-            self.rows_with_cost += 1
-        model = self._model.get(r.model)
-        if model is None:
-            model = self._model[r.model] = str(r.model)
-        self.models[model] += 1
-
-    def usage(self, traffic: ServerTraffic | None) -> ServerUsage:
-        u = ServerUsage(answers=self.answers, prompt_tokens=self.prompt_tokens,
-                        completion_tokens=self.completion_tokens, cost=self.cost, rows_with_cost=self.rows_with_cost)
-        if self.latencies:
-            lat = sorted(self.latencies)
-            u.latency_mean_s = math.fsum(lat) / len(lat)  # statistics.fmean, without a list
-            u.latency_p50_s = _percentile(lat, 50)
-            u.latency_p95_s = _percentile(lat, 95)
-        u.models = dict(sorted(self.models.items()))
-        if traffic is not None:
-            u.requests, u.failures, u.retries = traffic.requests, traffic.failures, traffic.retries
-        return u
-
-
 class _Tally:
-    """What the run's rows add up to, counted question by question: usage per server and in
-    all, errors, image tokens, answers asked and reused, the --repeat-orig noise floor, the
-    loader's notes and the clipped answers."""
+    """What the run's rows add up to, counted question by question: their usage
+    (`usage.UsageTally`), the --repeat-orig noise floor, the loader's notes and the clipped
+    answers."""
 
     def __init__(self, run_id: str) -> None:
-        from pytest_satbench.core.redact import redact_url
-
-        self.run_id = run_id
-        self._redact_url = redact_url
-        self._servers: dict[str | None, _ServerTally] = {}  # server as stored -> its tally (by shown name)
-        self.by_server: dict[str, _ServerTally] = {}
-        self.total_cost = 0.0
-        self.errors = 0
-        self.errors_by_arm: Counter[str] = Counter()
-        self.tokens: dict[str, list[int]] = {}  # arm -> [sum, count]
-        self.asked = 0
-        self.earlier = 0  # answers the run did not record (its tag's earlier runs recorded them)
+        self._usage = UsageTally(run_id)
         self.clipped: dict[str, int] = {}
         self.floor_questions = self.floor_asks = self.floor_flipped = 0
         self._notes: list[Any] = []
@@ -400,27 +309,9 @@ class _Tally:
 
     def add(self, it: QuestionResult, own: Container[str] | None = None) -> None:
         """`own`: the arms the run recorded for this question (None: all of them)."""
+        self._usage.add(it.rows, own)
         for arm, r in it.rows.items():
-            if r.image_tokens is not None:
-                t = self.tokens.setdefault(arm, [0, 0])
-                t[0] += r.image_tokens
-                t[1] += 1
-            if r.status != "ok":
-                self.errors += 1
-                self.errors_by_arm[r.arm] += 1
-                continue
-            server = self._servers.get(r.server)
-            if server is None:
-                name = self._redact_url(str(r.server)) if r.server else "unknown"
-                server = self._servers[r.server] = self.by_server.setdefault(name, _ServerTally())
-            server.add(r)
-            if r.cost is not None:
-                self.total_cost += r.cost  # in row order, as a sum over all rows would add them
-            if r.run_id == self.run_id:
-                self.asked += 1
-            elif own is not None and arm not in own:
-                self.earlier += 1
-            if r.clipped:
+            if r.clipped and r.status == "ok":
                 self.clipped[arm] = self.clipped.get(arm, 0) + 1
         self._floor(it)
         texts = tuple(dict.fromkeys(v for k, v in it.question.extra if k == NOTE and v))
@@ -429,18 +320,6 @@ class _Tally:
             if noted is None:
                 noted = self._note_sets[texts] = _Noted(tuple((NOTE, t) for t in texts))
             self._notes.append(noted)
-
-    def _total(self) -> _ServerTally:
-        """Every server's answers together (the sums are exact, the latencies sorted anyway)."""
-        total = _ServerTally(cost=self.total_cost)
-        for t in self.by_server.values():
-            total.answers += t.answers
-            total.prompt_tokens += t.prompt_tokens
-            total.completion_tokens += t.completion_tokens
-            total.rows_with_cost += t.rows_with_cost
-            total.latencies.extend(t.latencies)
-            total.models.update(t.models)
-        return total
 
     def _floor(self, it: QuestionResult) -> None:
         repeats = [a for a in it.rows if a == A.ORIG or A.is_repeat(a)]
@@ -458,37 +337,7 @@ class _Tally:
 
     def usage(self, arms: list[str], traffic: Mapping[str, ServerTraffic],
               limits: Sequence[LimitTrace] = ()) -> Usage:
-        shown_traffic = {self._redact_url(name): t for name, t in traffic.items()}
-        for name in shown_traffic:
-            self.by_server.setdefault(name, _ServerTally())  # a server that only failed still shows
-        tokens: dict[str, float | None] = {}
-        for arm in arms:
-            got = self.tokens.get(arm)
-            tokens[arm] = got[0] / got[1] if got else None
-        total_traffic = None
-        if shown_traffic:
-            parts = list(shown_traffic.values())
-            total_traffic = sum(parts[1:], parts[0])
-        total = self._total()
-        by_server = {s: t.usage(shown_traffic.get(s)) for s, t in sorted(self.by_server.items())}
-        for trace in limits:
-            u = by_server.get(self._redact_url(trace.server))
-            if u is None:
-                continue
-            u.limit = (u.limit or 0) + trace.final_limit
-            u.peak_in_flight = (u.peak_in_flight or 0) + trace.peak_in_flight
-            u.steered_by = trace.steered_by if u.steered_by in ("", trace.steered_by) else "mixed"
-        return Usage(
-            total=total.usage(total_traffic),
-            by_server=by_server,
-            errors=self.errors,
-            errors_by_arm=dict(sorted(self.errors_by_arm.items())),
-            image_tokens=tokens,
-            asked=self.asked,
-            reused=total.answers - self.asked - self.earlier,
-            limits=tuple(limits),
-            earlier=self.earlier,
-        )
+        return self._usage.usage(arms, traffic, limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -569,72 +418,3 @@ def _arm_outcome(status: str, correct: bool, parsed: bool, truncated: bool) -> A
     if got is None:
         got = _OUTCOMES[key] = ArmOutcome(*key)
     return got
-
-
-def noise_floor(items: Iterable[QuestionResult]) -> NoiseFloor | None:
-    tally = _Tally("")
-    for it in items:
-        tally._floor(it)
-    return tally.noise_floor()
-
-
-# --------------------------------------------------------------------------- usage
-
-def _percentile(xs: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    xs = sorted(xs)
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def usage_of(items: Iterable[QuestionResult], arms: list[str], run_id: str,
-             traffic: Mapping[str, ServerTraffic]) -> Usage:
-    tally = _Tally(run_id)
-    for it in items:
-        tally.add(it)
-    return tally.usage(arms, traffic)
-
-
-# --------------------------------------------------------------------------- headline views
-
-def aggregate_views(result: BenchmarkResult) -> dict[str, Any]:
-    """The benchmark's own numbers, labelled with what they are: the headline figures
-    (`overall_accuracy`, `average_accuracy`, computed as the benchmark's protocol says), each
-    per-question view (`view:<name>`), and each further figure (`aggregate:<name>`). A figure
-    has its label, its weighting, covered types and per-type verdicts, `per_arm` (the value,
-    a fraction), `accuracy` per arm {n, value, ci_low, ci_high}, `paired` per reconstruction
-    arm {n_pairs, delta, ci_low, ci_high} (points) and its parts `by_type`."""
-    out: dict[str, Any] = {}
-    for agg in result.declared_figures():
-        if agg.name in (OVERALL, AVERAGE):
-            out[agg.name] = figure_entry(agg, result.figures[agg.name])
-    for name, vs in sorted(result.views.items()):
-        out[f"view:{name}"] = {"label": result.labels.view(name).label, **vs.to_dict()}
-    for agg in result.declared_figures():
-        if agg.name not in (OVERALL, AVERAGE):
-            out[f"aggregate:{agg.name}"] = figure_entry(agg, result.figures[agg.name])
-    return out
-
-
-def figure_key(agg: Aggregate) -> str:
-    """A figure's key in `aggregate_views` and per_type.csv's `type` column."""
-    return agg.name if agg.name in (OVERALL, AVERAGE) else f"aggregate:{agg.name}"
-
-
-def figure_entry(agg: Aggregate, fs: AggregateStats) -> dict[str, Any]:
-    d = fs.to_dict()
-    return {
-        "label": agg.label,
-        "weighting": agg.weighting,
-        "types": d["types"],
-        "verdicts": agg.describe_verdicts(fs.types),
-        "per_arm": {arm: a["value"] for arm, a in d["accuracy"].items()},
-        "n": d["n"],
-        "n_images": d["n_images"],
-        "accuracy": d["accuracy"],
-        "paired": d["paired"],
-        "by_type": {t: {arm: {"n": v["n"], "value": v["mean"]} for arm, v in per.items()}
-                    for t, per in d["by_type"].items()},
-    }

@@ -16,14 +16,11 @@ from typing import Any
 from pytest_satbench.core import analysis as AN
 from pytest_satbench.core import arms as A
 from pytest_satbench.core import formatting as F
-from pytest_satbench.core.results import (
-    BenchmarkResult,
-    ServerUsage,
-    aggregate_views,
-    figure_key,
-)
+from pytest_satbench.core.figures_json import aggregate_views, figure_key
+from pytest_satbench.core.results import BenchmarkResult
 from pytest_satbench.core.stats import GroupStats
 from pytest_satbench.core.text_summary import not_run_line, render_stats, subset_line
+from pytest_satbench.core.usage import ServerUsage
 from pytest_satbench.report import plots
 from pytest_satbench.report.build import token_curve
 from pytest_satbench.report.document import (

@@ -16,8 +16,9 @@ from typing import Any
 
 from pytest_satbench._version import __version__
 from pytest_satbench.core import analysis as AN
+from pytest_satbench.core.figures_json import aggregate_views, figure_key
 from pytest_satbench.core.redact import redact
-from pytest_satbench.core.results import BenchmarkResult, QuestionResult, aggregate_views, figure_key
+from pytest_satbench.core.results import BenchmarkResult, QuestionResult
 from pytest_satbench.report.gallery import Entry
 
 ACC_FIELDS = ("n", "correct", "accuracy", "ci_low", "ci_high", "errors", "truncated", "unparseable", "parsed", "coverage", "missing")

@@ -11,7 +11,8 @@ import pytest
 from pytest_satbench.core.labels import ANY_TYPE, AVERAGE, OVERALL, Aggregate, Labels, notes
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.records import AnswerRow
-from pytest_satbench.core.results import aggregate_views, benchmark_results, question_record
+from pytest_satbench.core.figures_json import aggregate_views
+from pytest_satbench.core.results import benchmark_results, question_record
 from pytest_satbench.core.scoring import ScoreOptions
 from pytest_satbench.core.stats import ArmOutcome, QuestionRecord, summarize, summarize_aggregate
 from pytest_satbench.core.text_summary import render

@@ -1,0 +1,199 @@
+"""What a run's answers cost and who served them: `BenchmarkResult.usage`.
+
+The usage is a concern of its own beside the scores: it reads a row's server, tokens, cost,
+latency and model, never its verdict, and what the clients counted (`ServerTraffic`,
+`LimitTrace`), never the questions. `UsageTally` sums the stored rows as
+`results.benchmark_results` streams them, question by question, so nothing per answer is
+kept but its latency (8 bytes, for the percentiles), and gives one `Usage`: per server and
+in all. A server is shown by its URL without credentials (`redact.redact_url`): the reports
+that print it are shared.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import Counter
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
+from pytest_satbench.core.redact import redact_url
+
+__all__ = ["ServerUsage", "Usage", "UsageTally", "percentile"]
+
+
+@dataclass(slots=True)
+class ServerUsage:
+    """One server's share of the run: answers and their usage from the stored rows, attempts
+    from what the clients counted (`traffic`)."""
+
+    answers: int = 0  # "ok" rows
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0  # sum of what the server reported
+    rows_with_cost: int = 0  # answers whose response carried a cost
+    latency_mean_s: float | None = None
+    latency_p50_s: float | None = None
+    latency_p95_s: float | None = None
+    models: dict[str, int] = field(default_factory=dict)  # model id as returned -> answers
+    requests: int | None = None  # HTTP attempts; None: the run did not record its traffic
+    failures: int | None = None  # attempts that failed (a retry may have answered later)
+    retries: int | None = None  # attempts that were retries
+    # the client's in-flight limit for this server, summed over the run's processes
+    limit: int | None = None  # at the end; None: the run did not record its limits
+    peak_in_flight: int | None = None  # the most in flight at once (per process, summed)
+    steered_by: str = ""  # metrics, latency or fixed (see engine/limits.py)
+
+
+@dataclass(slots=True)
+class Usage:
+    total: ServerUsage
+    by_server: dict[str, ServerUsage]
+    errors: int  # error rows (no answer after retries); they have no usage
+    errors_by_arm: dict[str, int]
+    image_tokens: dict[str, float | None]  # arm -> mean image tokens per answer (None: not reported)
+    asked: int  # answers asked by this run
+    reused: int  # answers this run took from the store (asked by an earlier run)
+    limits: tuple[LimitTrace, ...] = ()  # each server's limits over the run, per process
+    # answers this run did not record, of questions or arms it did not select (a report of several
+    # runs of a tag, `Coverage`): its tag's earlier runs recorded them
+    earlier: int = 0
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile by linear interpolation between closest ranks (numpy's default
+    method), without numpy: the engine's live counters use it too. None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(slots=True)
+class _ServerTally:
+    """One server's answers, summed as they go by."""
+
+    answers: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    rows_with_cost: int = 0
+    latencies: array = field(default_factory=lambda: array("d"))  # 8 bytes per answer
+    models: Counter[str] = field(default_factory=Counter)
+    _model: dict[str | None, str] = field(default_factory=dict)  # str(model) once per model
+
+    def add(self, r: AnswerRow) -> None:
+        self.answers += 1
+        if r.latency_s is not None:
+            self.latencies.append(r.latency_s)
+        self.prompt_tokens += r.prompt_tokens or 0
+        self.completion_tokens += r.completion_tokens or 0
+        if r.cost is not None:
+            self.cost += r.cost
+            self.rows_with_cost += 1
+        model = self._model.get(r.model)
+        if model is None:
+            model = self._model[r.model] = str(r.model)
+        self.models[model] += 1
+
+    def usage(self, traffic: ServerTraffic | None) -> ServerUsage:
+        u = ServerUsage(answers=self.answers, prompt_tokens=self.prompt_tokens,
+                        completion_tokens=self.completion_tokens, cost=self.cost, rows_with_cost=self.rows_with_cost)
+        if self.latencies:
+            lat = sorted(self.latencies)
+            u.latency_mean_s = math.fsum(lat) / len(lat)  # statistics.fmean, without a list
+            u.latency_p50_s = percentile(lat, 50)
+            u.latency_p95_s = percentile(lat, 95)
+        u.models = dict(sorted(self.models.items()))
+        if traffic is not None:
+            u.requests, u.failures, u.retries = traffic.requests, traffic.failures, traffic.retries
+        return u
+
+
+class UsageTally:
+    """A run's rows summed into its `Usage` as they go by: usage per server and in all,
+    errors, image tokens, and the answers `run_id` asked, reused or left to earlier runs."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._servers: dict[str | None, _ServerTally] = {}  # server as stored -> its tally (by shown name)
+        self.by_server: dict[str, _ServerTally] = {}
+        self.total_cost = 0.0
+        self.errors = 0
+        self.errors_by_arm: Counter[str] = Counter()
+        self.tokens: dict[str, list[int]] = {}  # arm -> [sum, count]
+        self.asked = 0
+        self.earlier = 0  # answers the run did not record (its tag's earlier runs recorded them)
+
+    def add(self, rows: Mapping[str, AnswerRow], own: Container[str] | None = None) -> None:
+        """One question's rows by arm; `own`: the arms the run recorded for it (None: all)."""
+        for arm, r in rows.items():
+            if r.image_tokens is not None:
+                t = self.tokens.setdefault(arm, [0, 0])
+                t[0] += r.image_tokens
+                t[1] += 1
+            if r.status != "ok":
+                self.errors += 1
+                self.errors_by_arm[r.arm] += 1
+                continue
+            server = self._servers.get(r.server)
+            if server is None:
+                name = redact_url(str(r.server)) if r.server else "unknown"
+                server = self._servers[r.server] = self.by_server.setdefault(name, _ServerTally())
+            server.add(r)
+            if r.cost is not None:
+                self.total_cost += r.cost  # in row order, as a sum over all rows would add them
+            if r.run_id == self.run_id:
+                self.asked += 1
+            elif own is not None and arm not in own:
+                self.earlier += 1
+
+    def _total(self) -> _ServerTally:
+        """Every server's answers together (the sums are exact, the latencies sorted anyway)."""
+        total = _ServerTally(cost=self.total_cost)
+        for t in self.by_server.values():
+            total.answers += t.answers
+            total.prompt_tokens += t.prompt_tokens
+            total.completion_tokens += t.completion_tokens
+            total.rows_with_cost += t.rows_with_cost
+            total.latencies.extend(t.latencies)
+            total.models.update(t.models)
+        return total
+
+    def usage(self, arms: list[str], traffic: Mapping[str, ServerTraffic],
+              limits: Sequence[LimitTrace] = ()) -> Usage:
+        shown_traffic = {redact_url(name): t for name, t in traffic.items()}
+        for name in shown_traffic:
+            self.by_server.setdefault(name, _ServerTally())  # a server that only failed still shows
+        tokens: dict[str, float | None] = {}
+        for arm in arms:
+            got = self.tokens.get(arm)
+            tokens[arm] = got[0] / got[1] if got else None
+        total_traffic = None
+        if shown_traffic:
+            parts = list(shown_traffic.values())
+            total_traffic = sum(parts[1:], parts[0])
+        total = self._total()
+        by_server = {s: t.usage(shown_traffic.get(s)) for s, t in sorted(self.by_server.items())}
+        for trace in limits:
+            u = by_server.get(redact_url(trace.server))
+            if u is None:
+                continue
+            u.limit = (u.limit or 0) + trace.final_limit
+            u.peak_in_flight = (u.peak_in_flight or 0) + trace.peak_in_flight
+            u.steered_by = trace.steered_by if u.steered_by in ("", trace.steered_by) else "mixed"
+        return Usage(
+            total=total.usage(total_traffic),
+            by_server=by_server,
+            errors=self.errors,
+            errors_by_arm=dict(sorted(self.errors_by_arm.items())),
+            image_tokens=tokens,
+            asked=self.asked,
+            reused=total.answers - self.asked - self.earlier,
+            limits=tuple(limits),
+            earlier=self.earlier,
+        )
