@@ -12,10 +12,13 @@ question type. A question with several types (LHRS-Bench) counts once in each of
 types' tables and once overall, so per-type counts may add up to more than the total.
 
 Accuracy (`AccuracyStat`), per arm and group. ``accuracy = correct / n`` where ``n`` is
-every question of the group that has an outcome for that arm. API/transport errors,
-truncated answers and unparseable answers all stay in the denominator and count as wrong:
-dropping them would reward an arm for failing on hard questions. They are also reported
-separately so that infrastructure trouble is never mistaken for model behaviour:
+every question of the group that has an outcome for that arm. API/transport errors and
+unparseable answers stay in the denominator and count as wrong: dropping them would reward
+an arm for failing on hard questions. A truncated answer (it hit the token limit) stays in
+the denominator too and is scored on what it contains, as the official evaluation code
+scores text without reading the finish reason: right when the answer it holds is right,
+wrong when it was cut off before one. All three are also reported separately so that
+infrastructure trouble is never mistaken for model behaviour:
 
 - ``errors``: status "error" (the request failed after retries; no answer at all);
 - ``truncated``: the answer came back but hit the token limit (finish_reason "length"),
