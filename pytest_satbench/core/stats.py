@@ -1,3 +1,7 @@
+# Why one file of ~950 lines: about a hundred are the module docstring, the one home of the
+# statistics rules (docs/statistics.md shows it), and the summaries share private machinery
+# (the per-arm arrays, the resample cache, the `_Ratios` builder) that a split would turn into
+# an interface between modules with no other user.
 """Statistics for one benchmark run: accuracy, paired deltas, McNemar, coverage, chance.
 
 Input is one `QuestionRecord` per benchmark question, holding one `ArmOutcome` per arm
