@@ -36,27 +36,19 @@ every other punctuation character becomes a space (``"ground-track-field"`` ==
 ``"ground track field"``); number words become digits (``zero``..``nineteen``, the tens,
 compounds like ``twenty-one``; ``none`` -> ``0`` as in the EvalAI/TextVQA processor that
 LHRS-Bot uses); whitespace squeezed. Articles are NOT dropped (the seed did not), so
-``"a ship"`` does not match ``"ship"``; the VRSBench official view below does accept it.
+``"a ship"`` does not match ``"ship"``; VRSBench's official view (``datasets/vrsbench.py``)
+does accept it.
 An empty final answer is unparseable (``parsed=False``) and wrong.
 
-Extra views (``Score.views``), computed where the benchmark declares them
-(``ScoreOptions.views``, from ``Benchmark.score_views``):
+Extra views (``Score.views``): each benchmark declares its own (`View`, in its module under
+``datasets/``, registered with its ``Benchmark.score_views`` and passed in
+``ScoreOptions.views``); `apply_views` adds their values after the kind's own. The rules of
+the built-in ones live beside their benchmarks: RSVQA's count/area classes (``binned``,
+``datasets/rsvqa.py``), VRSBench's deterministic rules (``official``, ``datasets/vrsbench.py``)
+and LHRS-Bot's first-character rule (``lhrs_official``, ``datasets/lhrs.py``).
 
-* ``("binned", 0|1)`` for RSVQA ``count`` and ``area`` questions: the class of the original
-  RSVQA metric (Lobry et al. 2020; syvlo/RSVQA ``VocabEncoder``): ``0`` / ``1-10`` /
-  ``11-100`` / ``101-1000`` / ``>1000`` on the count, or on the m² value for areas. The
-  prediction must be a bare number (an ``m2`` unit is optional for areas). The original work
-  binned LR counts and HR areas but scored HR counts exactly; we bin every count and area so the
-  view means one thing everywhere (for HR counts the original metric is the headline).
-* ``("official", 0|1)`` for the benchmarks that declare it (VRSBench VQA): the deterministic
-  part of the official VRSBench protocol (lx709/VRSBench ``eval_vqa_gpt.ipynb``), on the
-  lower-cased, stripped final answer ``pred`` and ground truth ``gt``: correct if ``gt`` is a
-  substring of ``pred``; else, if ``gt`` is ``yes``/``no``/``0``..``99``, correct iff
-  ``gt == pred``; else 0. The official protocol asks GPT-4o-mini in that last case, which we
-  do not, so this view is a lower bound of the published VRSBench numbers.
-
-3. Multiple choice (`pick`, `score_mc`, `lhrs_official`) - LHRS-Bench
----------------------------------------------------------------------
+3. Multiple choice (`pick`, `score_mc`) - LHRS-Bench
+----------------------------------------------------
 ``question.choices`` are the option texts in letter order (A, B, ...); letters beyond the
 number of options are not valid. `pick` collects every option the final answer names, by
 these rules (markdown ``*``/`````` ` `````` removed first), and returns the letter only when
@@ -114,22 +106,8 @@ a-d (weak rules only ever add valid letters), make the answer unparseable: ``par
 scored wrong and counted separately, so a format problem is not mistaken for a knowledge
 problem.
 
-View ``("lhrs_official", 0|1)``, computed where the benchmark declares it
-(``ScoreOptions.views``; LHRS-Bench does): LHRS-Bot's own scorer, reproduced so its table
-can be (NJU-LHRS/LHRS-Bot ``main_bench_gen.py``, ``main``; its ``normalize_answer`` is
-SQuAD's). The official script takes the FIRST character of the decoded output, strips it,
-and compares it with the ground truth after ``normalize_answer`` on both (lower-case,
-ASCII punctuation removed, the articles ``a``/``an``/``the`` removed, whitespace squeezed).
-Consequences, reproduced as they are: ``c`` reads as C; ``a`` and ``A`` normalise to the
-empty string, exactly as the ground truth ``A`` does, so option A IS readable, and so is
-every reply whose first character is ASCII punctuation or whitespace (``(C)``, ``**C**``,
-``<think>``, `` C``) - all count as option A; ``The answer is C`` and ``Farm`` are wrong
-whatever the truth. The view reads the raw reply, not the final answer (the official
-script does not remove reasoning). An empty reply is 0: the official script has no
-character to read there (it fails). Why the headline is not this rule: it scores format,
-not knowledge - a reply that names C plainly is wrong, a reply that opens with a bracket
-is right when the truth is A. (ScoreRS' variant counts an empty prediction as correct,
-``"" in answer``.)
+LHRS-Bot's own scorer (its first-character rule) is LHRS-Bench's view ``lhrs_official``,
+declared in ``datasets/lhrs.py``; `gt_letter` gives it the ground-truth letter.
 
 4. Grounding (`parse_box`, `to_grid`, `iou`, `score_ref`) - VRSBench referring
 ------------------------------------------------------------------------------
@@ -160,8 +138,8 @@ is right when the truth is A. (ScoreRS' variant counts an empty prediction as co
   ``computeIoU`` (lx709/VRSBench ``eval_fianl/eval_utils.py``) gives for a box reversed by at
   least one unit: its intersection width is then never positive. (Earlier versions reordered
   the corners.) The lenient reading is available as the views ``("iou_reordered", v)`` and
-  ``("acc@0.5_reordered", 0|1)``, computed only where a benchmark declares the view
-  ``reordered``.
+  ``("acc@0.5_reordered", 0|1)`` (`REORDERED`), computed only where a benchmark declares
+  them.
 * Ground truth is VRSBench's ``{<x1><y1><x2><y2>}`` on a 0-100 grid. The model's box is
   converted to that grid from ``ScoreOptions.box_grid`` (``--box-grid``): ``1000`` (the
   GLM-V / Geo-CoT380k / Qwen2-VL convention, the default) divides by 10; ``100`` is used as
@@ -191,11 +169,9 @@ Aggregation (per type, overall, average accuracy) is not scoring: see `stats` an
 from __future__ import annotations
 
 import re
-import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pytest_satbench.core.judge import official_rules
 from pytest_satbench.core.question import Question
 
 __all__ = [
@@ -204,20 +180,22 @@ __all__ = [
     "BOX_GRIDS",
     "FRACTION_GRID",
     "IOU_MODES",
+    "REORDERED",
+    "View",
+    "ViewRule",
+    "apply_views",
     "final_answer",
+    "gt_letter",
     "normalize_vqa",
-    "rsvqa_bin",
     "score_vqa",
     "pick",
     "score_mc",
-    "lhrs_official",
     "parse_box",
     "to_grid",
     "iou",
     "score_ref",
     "ref_split",
     "score",
-    "vrsbench_official",
 ]
 
 BOX_GRIDS = ("1000", "100", "pixels")
@@ -247,10 +225,9 @@ class ScoreOptions:
     box_grid: str = "1000"  # grid of the MODEL's boxes: "1000" | "100" | "pixels"
     iou: str = "inclusive"  # "inclusive" (VRSBench +1) | "continuous"
     image_size: tuple[int, int] | None = None  # (W, H) the model saw; for box_grid="pixels"
-    # The optional views a benchmark declares for itself (`Benchmark.score_views`):
-    # "binned" (RSVQA count/area classes), "official" (VRSBench's deterministic VQA rules),
-    # "lhrs_official" (LHRS-Bot's first-character rule), "reordered" (grounding boxes with
-    # reversed corners reordered, beside the official IoU 0).
+    # The per-question views the benchmark declares for itself (`Benchmark.score_views`): each
+    # a `View`, its name with its rule; `apply_views` computes them. A plain name computes
+    # nothing: it only says the view is declared (`name in options.views`).
     views: frozenset[str] = frozenset()
     # the prompt convention the run used: which model resizing `image_size` follows
     # (`core.verdict.question_options`)
@@ -262,6 +239,63 @@ class ScoreOptions:
                 f"--box-grid {self.box_grid!r} is not one of {', '.join(BOX_GRIDS)}")
         if self.iou not in IOU_MODES:
             raise ValueError(f"--iou {self.iou!r} is not one of {', '.join(IOU_MODES)}")
+
+
+ViewRule = Callable[[Question, str, "ScoreOptions"], "float | bool | None"]
+
+
+class View(str):
+    """One per-question view a benchmark declares: its name (what its labels, figures and the
+    judge address it by) with its rule, a pure function (question, raw reply, options) ->
+    value, or None where the view does not apply to the question (RSVQA's classes to a
+    presence question). Declared in the benchmark's module, e.g.
+    ``Benchmark(score_views=frozenset({View("binned", binned)}))``; the rule must be a
+    module-level function, so options that hold it pickle.
+
+    A view is a string equal to its name, so ``"binned" in options.views`` and a set of names
+    compare as before; two views are equal only when their rules are too (options that hold
+    different rules under one name are different memo keys)."""
+
+    rule: ViewRule
+
+    def __new__(cls, name: str, rule: ViewRule) -> View:
+        if not callable(rule):
+            raise TypeError(f"View {name!r}: its rule must be a function (question, reply, options) -> value")
+        self = super().__new__(cls, name)
+        self.__dict__["rule"] = rule
+        return self
+
+    def __setattr__(self, key: str, value: object) -> None:
+        raise AttributeError("a View is immutable")
+
+    def __reduce__(self) -> tuple[object, tuple[str, ViewRule]]:
+        return View, (str(self), self.rule)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, View):
+            return str.__eq__(self, other) and self.rule == other.rule
+        return str.__eq__(self, other)  # type: ignore[return-value]
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = str.__hash__
+
+    def __repr__(self) -> str:
+        return f"View({str.__repr__(self)}, {getattr(self.rule, '__qualname__', self.rule)})"
+
+
+def apply_views(question: Question, text: str, options: ScoreOptions) -> tuple[tuple[str, float], ...]:
+    """The values of the views `options` carries (`ScoreOptions.views`) for the raw reply
+    `text`, in name order; a view whose rule gives None is left out for this question."""
+    out: list[tuple[str, float]] = []
+    for view in sorted(options.views):
+        if isinstance(view, View):
+            value = view.rule(question, text, options)
+            if value is not None:
+                out.append((str(view), float(value)))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- final answer
@@ -362,63 +396,13 @@ def normalize_vqa(text: str) -> str:
     return _NUM_UNIT.sub(r"\1m2", " ".join(out))
 
 
-_BARE_NUMBER = re.compile(r"^(\d+(?:\.\d+)?)$")
-_AREA_NUMBER = re.compile(r"^(\d+(?:\.\d+)?)\s*m2$")
-BIN_LABELS = ("0", "1-10", "11-100", "101-1000", ">1000")
-
-
-def rsvqa_bin(answer: str, qtype: str) -> str | None:
-    """The original RSVQA class of a count (or an m² area): "0", "1-10", "11-100",
-    "101-1000" or ">1000"; None when `answer` is not a bare number or `qtype` is not
-    "count"/"area"."""
-    s = normalize_vqa(answer)
-    if qtype == "count":
-        m = _BARE_NUMBER.match(s)
-    elif qtype == "area":
-        m = _BARE_NUMBER.match(s) or _AREA_NUMBER.match(s)
-    else:
-        return None
-    if not m:
-        return None
-    v = float(m.group(1))
-    # Boundaries as in syvlo/RSVQA VocabEncoder: 0, (0,10], (10,100], (100,1000], >1000.
-    if v == 0:
-        return BIN_LABELS[0]
-    if v <= 10:
-        return BIN_LABELS[1]
-    if v <= 100:
-        return BIN_LABELS[2]
-    if v <= 1000:
-        return BIN_LABELS[3]
-    return BIN_LABELS[4]
-
-
-
-
-def vrsbench_official(gt: str, pred: str) -> bool:
-    """Rules 1 and 2 of the official VRSBench VQA protocol; an answer they leave to the judge
-    (rule 3, `core.judge`) is not a match here (the run's results use the judge's verdict)."""
-    return official_rules(gt, pred) is True
-
-
 def score_vqa(question: Question, text: str, options: ScoreOptions) -> Score:
-    """Normalised exact match, plus the binned and VRSBench-official views (rules: §2)."""
-    ans = final_answer(text)
-    pred = normalize_vqa(ans)
+    """Normalised exact match, plus the views the benchmark declares (rules: §2)."""
+    pred = normalize_vqa(final_answer(text))
     gt = normalize_vqa(question.answer)
-    views: list[tuple[str, float]] = []
-    if "binned" in options.views:
-        for t in ("count", "area"):
-            if t in question.types:
-                gb = rsvqa_bin(question.answer, t)
-                pb = rsvqa_bin(ans, t)
-                views.append(("binned", float(gb is not None and gb == pb)))
-                break
-    if "official" in options.views:
-        views.append(("official", float(vrsbench_official(question.answer, ans))))
     parsed = bool(pred)
     return Score(correct=parsed and pred == gt, parsed=parsed,
-                 extracted=pred[:_EXTRACT_CAP], views=tuple(views))
+                 extracted=pred[:_EXTRACT_CAP], views=apply_views(question, text, options))
 
 
 # --------------------------------------------------------------------------- multiple choice
@@ -619,29 +603,9 @@ def pick(text: str, choices: Sequence[str]) -> str | None:
     return letter if letter in valid else None
 
 
-# SQuAD's normalize_answer, as LHRS-Bot's main_bench_gen.py runs it (written anew here).
-_SQUAD_PUNCT = frozenset(string.punctuation)
-_SQUAD_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-def _squad_normalize(s: str) -> str:
-    s = "".join(ch for ch in s.lower() if ch not in _SQUAD_PUNCT)
-    return " ".join(_SQUAD_ARTICLES.sub(" ", s).split())
-
-
-def lhrs_official(text: str, letter: str) -> bool:
-    """LHRS-Bot's own verdict (NJU-LHRS/LHRS-Bot `main_bench_gen.py`, `main`): the FIRST
-    character of the raw reply, stripped, against the ground-truth letter, both through SQuAD
-    `normalize_answer`. Reproduced with its quirks (module docstring §3): ``a`` and ``A``
-    become empty like the letter ``A``, so a reply that starts with ``a``, punctuation or
-    whitespace counts as option A; ``(C)`` reads as ``(``. An empty reply is 0 (the official
-    script has no first character to read there)."""
-    if not text:
-        return False
-    return _squad_normalize(text[0].strip()) == _squad_normalize(letter)
-
-
-def _gt_letter(question: Question) -> str:
+def gt_letter(question: Question) -> str:
+    """The ground-truth option letter of a multiple-choice question (a letter, or an answer
+    `pick` reads as one); ValueError naming the question when it is neither."""
     choices = question.choices or ()
     gt = question.answer.strip().rstrip(".").strip().upper()
     if len(gt) == 1 and gt in _LETTERS[: len(choices)]:
@@ -654,16 +618,18 @@ def _gt_letter(question: Question) -> str:
     return got
 
 
+_gt_letter = gt_letter  # the name `core.analysis` reads
+
+
 def score_mc(question: Question, text: str, options: ScoreOptions) -> Score:
-    """The picked letter against the ground-truth letter, plus the LHRS-Bot view (rules: §3)."""
+    """The picked letter against the ground-truth letter, plus the views the benchmark
+    declares (rules: §3)."""
     if not question.choices:
         raise ValueError(
             f"{question.benchmark} question {question.key}: multiple-choice question without "
             f"choices; the loader must fill Question.choices")
-    gt = _gt_letter(question)
-    views: tuple[tuple[str, float], ...] = ()
-    if "lhrs_official" in options.views:
-        views = (("lhrs_official", float(lhrs_official(text, gt))),)
+    gt = gt_letter(question)
+    views = apply_views(question, text, options)
     got = pick(text, question.choices)
     if got is None:
         return Score(correct=False, parsed=False,
@@ -782,31 +748,58 @@ def _hits(v: float) -> tuple[bool, bool]:
 
 def score_ref(question: Question, text: str, options: ScoreOptions) -> Score:
     """IoU of the answer box with the 0-100 ground truth; correct at IoU >= 0.5 (rules: §4)."""
+    gt = _gt_box(question)
+    declared = apply_views(question, text, options)
+    p = _answer_box(text, options)
+    if p is None:
+        return Score(correct=False, parsed=False, extracted=final_answer(text)[:_EXTRACT_CAP],
+                     views=(("iou", 0.0), ("acc@0.5", 0.0), ("acc@0.7", 0.0)) + declared)
+    reversed_corners = p[2] < p[0] or p[3] < p[1]
+    v = 0.0 if reversed_corners else iou(p, gt, options.iou)
+    hit5, hit7 = _hits(v)
+    return Score(correct=hit5, parsed=True, extracted=_fmt_box(p),
+                 views=(("iou", v), ("acc@0.5", float(hit5)), ("acc@0.7", float(hit7))) + declared)
+
+
+def _gt_box(question: Question) -> Box:
     gt = parse_box(question.answer)
     if gt is None:
         raise ValueError(
             f"{question.benchmark} question {question.key}: ground truth {question.answer!r} "
             f"is not a box '{{<x1><y1><x2><y2>}}'; fix the loader or the record")
-    lenient = "reordered" in options.views
+    return gt
+
+
+def _answer_box(text: str, options: ScoreOptions) -> Box | None:
+    """The reply's box on the ground truth's grid (fractions and --box-grid applied), as
+    written otherwise; None when the reply has no box."""
     found = _find_box(text)
     if found is None:
-        views = [("iou", 0.0), ("acc@0.5", 0.0), ("acc@0.7", 0.0)]
-        if lenient:
-            views += [("iou_reordered", 0.0), ("acc@0.5_reordered", 0.0)]
-        return Score(correct=False, parsed=False, extracted=final_answer(text)[:_EXTRACT_CAP],
-                     views=tuple(views))
+        return None
     box, fraction = found
-    p = to_grid(box, FRACTION_GRID if fraction else options.box_grid, GT_GRID,
-                options.image_size)
-    reversed_corners = p[2] < p[0] or p[3] < p[1]
-    v = 0.0 if reversed_corners else iou(p, gt, options.iou)
-    hit5, hit7 = _hits(v)
-    views = [("iou", v), ("acc@0.5", float(hit5)), ("acc@0.7", float(hit7))]
-    if lenient:
-        r = (min(p[0], p[2]), min(p[1], p[3]), max(p[0], p[2]), max(p[1], p[3]))
-        vr = iou(r, gt, options.iou)
-        views += [("iou_reordered", vr), ("acc@0.5_reordered", float(_hits(vr)[0]))]
-    return Score(correct=hit5, parsed=True, extracted=_fmt_box(p), views=tuple(views))
+    return to_grid(box, FRACTION_GRID if fraction else options.box_grid, GT_GRID, options.image_size)
+
+
+def _iou_reordered(question: Question, text: str, options: ScoreOptions) -> float | None:
+    """IoU with the reply's corners reordered (the lenient reading of §4); 0 without a box."""
+    if question.kind != "ref":
+        return None
+    gt = _gt_box(question)
+    p = _answer_box(text, options)
+    if p is None:
+        return 0.0
+    r = (min(p[0], p[2]), min(p[1], p[3]), max(p[0], p[2]), max(p[1], p[3]))
+    return iou(r, gt, options.iou)
+
+
+def _acc50_reordered(question: Question, text: str, options: ScoreOptions) -> float | None:
+    v = _iou_reordered(question, text, options)
+    return None if v is None else float(_hits(v)[0])
+
+
+# The lenient reading of boxes with reversed corners (§4), for a benchmark that declares it
+# beside the official IoU 0: ``score_views=REORDERED``.
+REORDERED = frozenset({View("iou_reordered", _iou_reordered), View("acc@0.5_reordered", _acc50_reordered)})
 
 
 _TRUE = frozenset(["1", "true", "yes", "t", "y"])

@@ -22,12 +22,29 @@ the names below (ScoreRS' LHRS_TYPE_MAP, the same as qa.json's `qtype`).
 
 Answers are scored by `core/scoring.py` §3 (the option letter the reply names); the view
 `lhrs_official` reproduces LHRS-Bot's own scorer (its first-character rule) beside it.
+
+View ``("lhrs_official", 0|1)`` (`lhrs_official_view`, declared in `LHRS_VIEWS`): LHRS-Bot's
+own scorer, reproduced so its table can be (NJU-LHRS/LHRS-Bot ``main_bench_gen.py``,
+``main``; its ``normalize_answer`` is SQuAD's). The official script takes the FIRST character
+of the decoded output, strips it, and compares it with the ground truth after
+``normalize_answer`` on both (lower-case, ASCII punctuation removed, the articles
+``a``/``an``/``the`` removed, whitespace squeezed). Consequences, reproduced as they are:
+``c`` reads as C; ``a`` and ``A`` normalise to the empty string, exactly as the ground truth
+``A`` does, so option A IS readable, and so is every reply whose first character is ASCII
+punctuation or whitespace (``(C)``, ``**C**``, ``<think>``, `` C``) - all count as option A;
+``The answer is C`` and ``Farm`` are wrong whatever the truth. The view reads the raw reply,
+not the final answer (the official script does not remove reasoning). An empty reply is 0:
+the official script has no character to read there (it fails). Why the headline is not this
+rule: it scores format, not knowledge - a reply that names C plainly is wrong, a reply that
+opens with a bracket is right when the truth is A. (ScoreRS' variant counts an empty
+prediction as correct, ``"" in answer``.)
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import string
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +52,7 @@ from typing import Any
 
 from pytest_satbench.core.labels import Labels, ViewLabel
 from pytest_satbench.core.question import ImageRef, Question
+from pytest_satbench.core.scoring import ScoreOptions, View, gt_letter
 from pytest_satbench.datasets._common import check_key, read_json
 from pytest_satbench.datasets.registry import (
     Benchmark,
@@ -316,10 +334,39 @@ def _load(req: LoadRequest) -> Iterator[Question]:
     yield from load_lhrs(req.data_root, req.limit, req.seed)
 
 
-# LHRS-Bot's own scorer (NJU-LHRS/LHRS-Bot main_bench_gen.py) reads only the first character
-# of the reply: beside our letter pick, so LHRS-Bot's table can be reproduced
-# (core/scoring.py, §3).
-LHRS_VIEWS = frozenset({"lhrs_official"})
+# SQuAD's normalize_answer, as LHRS-Bot's main_bench_gen.py runs it (written anew here).
+_SQUAD_PUNCT = frozenset(string.punctuation)
+_SQUAD_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def _squad_normalize(s: str) -> str:
+    s = "".join(ch for ch in s.lower() if ch not in _SQUAD_PUNCT)
+    return " ".join(_SQUAD_ARTICLES.sub(" ", s).split())
+
+
+def lhrs_official(text: str, letter: str) -> bool:
+    """LHRS-Bot's own verdict (NJU-LHRS/LHRS-Bot `main_bench_gen.py`, `main`): the FIRST
+    character of the raw reply, stripped, against the ground-truth letter, both through SQuAD
+    `normalize_answer`. Reproduced with its quirks (module docstring): ``a`` and ``A``
+    become empty like the letter ``A``, so a reply that starts with ``a``, punctuation or
+    whitespace counts as option A; ``(C)`` reads as ``(``. An empty reply is 0 (the official
+    script has no first character to read there)."""
+    if not text:
+        return False
+    return _squad_normalize(text[0].strip()) == _squad_normalize(letter)
+
+
+def lhrs_official_view(question: Question, reply: str, options: ScoreOptions) -> float | None:
+    """The view "lhrs_official" of a multiple-choice question: `lhrs_official` on the raw
+    reply and the ground-truth letter."""
+    if question.kind != "mc":
+        return None
+    return float(lhrs_official(reply, gt_letter(question)))
+
+
+# LHRS-Bot's own scorer reads only the first character of the reply: beside our letter pick,
+# so LHRS-Bot's table can be reproduced.
+LHRS_VIEWS = frozenset({View("lhrs_official", lhrs_official_view)})
 LHRS_LABELS = Labels(views=(ViewLabel(
     "lhrs_official",
     "lhrs_official: LHRS-Bot's scorer (first character after SQuAD normalisation)",

@@ -70,12 +70,22 @@ class Benchmark:
     # replaces it: given the data root it returns the paths it looked for and did not find
     # (empty list: loadable).
     locate: Callable[[Path], list[Path]] | None = None
-    # The optional per-question views its official evaluation adds (`ScoreOptions.views`),
-    # and the names its paper gives the headline numbers and those views.
+    # The per-question views its official evaluation adds: `core.scoring.View`s, each its
+    # name with its rule, a pure function of (question, reply, options) declared in the
+    # benchmark's module (they reach the scorer as `ScoreOptions.views`); and the names its
+    # paper gives the headline numbers and those views.
     score_views: frozenset[str] = frozenset()
     labels: Labels = Labels()
     # the labels of a run that asked an LLM judge (`--judge`), where its protocol has one
     judged_labels: Labels | None = None
+
+    def __post_init__(self) -> None:
+        # a `core.scoring.View` carries its rule (not imported here: the registry stays light)
+        bare = sorted(v for v in self.score_views if not callable(getattr(v, "rule", None)))
+        if bare:
+            raise TypeError(
+                f"benchmark {self.name!r}: score view {bare[0]!r} is a bare name; declare it with its rule, "
+                f"View({bare[0]!r}, rule) (core.scoring.View), in the benchmark's module")
 
     def missing(self, data_root: Path) -> list[Path]:
         """Required paths that are absent under `data_root` (empty list: all present)."""

@@ -10,6 +10,15 @@ which works whether or not the two lists are positionally aligned. Images are
 All four question types are kept (presence, comp, count, rural_urban or area). The
 headline figures follow the original RSVQA protocol (count/area classes, see `_labels`);
 the field's published view and exact match per type are reported beside them.
+
+The view ``("binned", 0|1)`` (`binned`, declared in `RSVQA_VIEWS`) for ``count`` and ``area``
+questions: the class of the original RSVQA metric (Lobry et al. 2020; syvlo/RSVQA
+``VocabEncoder``): ``0`` / ``1-10`` / ``11-100`` / ``101-1000`` / ``>1000`` on the count, or
+on the m² value for areas. The final answer (`core.scoring.final_answer`, after
+`normalize_vqa`) must be a bare number (an ``m2`` unit is optional for areas). The original
+work binned LR counts and HR areas but scored HR counts exactly; we bin every count and area
+so the view means one thing everywhere (for HR counts the original metric is the headline).
+Other question types have no binned value.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from typing import Any
 
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.labels import Aggregate, Labels, ViewLabel
+from pytest_satbench.core.scoring import ScoreOptions, View, final_answer, normalize_vqa
 from pytest_satbench.datasets.registry import Benchmark, DatasetError, LoadRequest, register
 from pytest_satbench.datasets.selection import sort_by_image, stratified_limit
 
@@ -159,14 +169,55 @@ def _image_ref(folder: Path, img_id: Any, extensions: tuple[str, ...]) -> ImageR
 #   VQA_model/VocabEncoder.py and computeStats.py): answers are classes, LR count answers
 #   in 5 classes (`range_numbers=True` for LR only), areas (`...m2`) in the same 5 classes on
 #   every split, HR counts exact; OA = right / all questions of the 4 types, AA = the mean of
-#   the 4 type accuracies. The "binned" view of core/scoring.py is those classes;
+#   the 4 type accuracies. The "binned" view (`binned`, below) is those classes;
 # * the field's published view: GeoChat, EarthDial, LHRS-Bot and SkySenseGPT report
 #   presence, comparison (and rural/urban on LR) only, and GeoChat's "Avg" is
 #   question-weighted over them: (91.09*2955 + 90.33*4002 + 94.00*100) / 7057 = 90.70 on LR;
 #   the unweighted mean of the same types is given too (reports only), since not every
 #   paper says which it averages;
 # * the per-type table is exact match on every type (counts and areas too).
-RSVQA_VIEWS = frozenset({"binned"})
+_BARE_NUMBER = re.compile(r"^(\d+(?:\.\d+)?)$")
+_AREA_NUMBER = re.compile(r"^(\d+(?:\.\d+)?)\s*m2$")
+BIN_LABELS = ("0", "1-10", "11-100", "101-1000", ">1000")
+
+
+def rsvqa_bin(answer: str, qtype: str) -> str | None:
+    """The original RSVQA class of a count (or an m² area): "0", "1-10", "11-100",
+    "101-1000" or ">1000"; None when `answer` is not a bare number or `qtype` is not
+    "count"/"area"."""
+    s = normalize_vqa(answer)
+    if qtype == "count":
+        m = _BARE_NUMBER.match(s)
+    elif qtype == "area":
+        m = _BARE_NUMBER.match(s) or _AREA_NUMBER.match(s)
+    else:
+        return None
+    if not m:
+        return None
+    v = float(m.group(1))
+    # Boundaries as in syvlo/RSVQA VocabEncoder: 0, (0,10], (10,100], (100,1000], >1000.
+    if v == 0:
+        return BIN_LABELS[0]
+    if v <= 10:
+        return BIN_LABELS[1]
+    if v <= 100:
+        return BIN_LABELS[2]
+    if v <= 1000:
+        return BIN_LABELS[3]
+    return BIN_LABELS[4]
+
+
+def binned(question: Question, reply: str, options: ScoreOptions) -> float | None:
+    """The view "binned": 1 when the reply's final answer is in the ground truth's RSVQA class
+    (module docstring); None for a question that is neither a count nor an area."""
+    for t in ("count", "area"):
+        if t in question.types:
+            gb = rsvqa_bin(question.answer, t)
+            return float(gb is not None and gb == rsvqa_bin(final_answer(reply), t))
+    return None
+
+
+RSVQA_VIEWS = frozenset({View("binned", binned)})
 BINNED = ViewLabel(
     "binned",
     "binned: the original RSVQA classes (0 / 1-10 / 11-100 / 101-1000 / >1000)",

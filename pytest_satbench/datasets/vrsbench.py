@@ -12,6 +12,14 @@ VQA keeps the 12 raw types; `image` and `rural or urban` are reported under `sce
 Referring: `ground_truth` is `"{<x1><y1><x2><y2>}"` on a 0-100 grid; the uniqueness flag
 is stored as `unique` by the authors' notebook and read as `is_unique` by their scorer, so
 both are accepted. Types are `unique` / `non-unique`, which gives the paper's split.
+
+The VQA view ``("official", 0|1)`` (`official`): the deterministic part of the official
+VRSBench protocol (lx709/VRSBench ``eval_vqa_gpt.ipynb``), on the lower-cased, stripped final
+answer ``pred`` (`core.scoring.final_answer`) and ground truth ``gt``: correct if ``gt`` is a
+substring of ``pred``; else, if ``gt`` is ``yes``/``no``/``0``..``99``, correct iff
+``gt == pred``; else 0. The official protocol asks GPT-4o-mini in that last case, which we do
+not unless the run asks a judge (``--judge``, `core.judge`), so without it this view is a
+lower bound of the published VRSBench numbers.
 The released ground truths are not clipped to the grid (an object cut by the patch border
 has a corner below 0 or above 100): they load as the official scorer reads them (digits
 only: `<-2>` is 2), each with a note. A record without a readable uniqueness flag counts
@@ -26,8 +34,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pytest_satbench.core.judge import JUDGED_VIEW, official_rules
 from pytest_satbench.core.labels import ANY_TYPE, NOTE, OVERALL_ONLY, Labels, ViewLabel
 from pytest_satbench.core.question import ImageRef, Question
+from pytest_satbench.core.scoring import ScoreOptions, View, final_answer
 from pytest_satbench.datasets._common import check_key, read_json
 from pytest_satbench.datasets.registry import (
     Benchmark,
@@ -239,6 +249,21 @@ def _loader(
 # about the rest; its per-type cell reports the mean over the 10 types (image and rural or
 # urban merged into scene type) and the question-weighted overall accuracy. Without the
 # judge the "official" view is the rules only: a lower bound of the published figures.
+def vrsbench_official(gt: str, pred: str) -> bool:
+    """Rules 1 and 2 of the official VRSBench VQA protocol; an answer they leave to the judge
+    (rule 3, `core.judge`) is not a match here (the run's results use the judge's verdict)."""
+    return official_rules(gt, pred) is True
+
+
+def official(question: Question, reply: str, options: ScoreOptions) -> float | None:
+    """The view "official" of a VQA question: the official rules on the final answer
+    (module docstring); None for a grounding question."""
+    if question.kind != "vqa":
+        return None
+    return float(vrsbench_official(question.answer, final_answer(reply)))
+
+
+VQA_VIEWS = frozenset({View(JUDGED_VIEW, official)})  # the judge rules where this view cannot
 _RULES = "official rules (ground truth contained in the answer; yes/no and 0-99 exact)"
 _LOWER = "rules only: a lower bound of the published protocol, which asks an LLM judge about the rest"
 VQA_LABELS = Labels(
@@ -289,7 +314,7 @@ VRSBENCH = register(
         types=VQA_TYPES,
         type_groups=VQA_TYPE_GROUPS,
         metric="official rules (no judge): mean of the 10 types and All; exact match per type",
-        score_views=frozenset({"official"}),
+        score_views=VQA_VIEWS,
         judged_labels=JUDGED_VQA_LABELS,
         labels=VQA_LABELS,
     )

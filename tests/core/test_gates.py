@@ -12,6 +12,7 @@ from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.records import AnswerRow
 from pytest_satbench.core.results import BenchmarkResult, benchmark_results, question_record
 from pytest_satbench.core.scoring import ScoreOptions
+from pytest_satbench.datasets.rsvqa import RSVQA_VIEWS  # the "binned" view with RSVQA's class rule
 
 JPEG = "jpeg:quality=5"
 # an RSVQA-LR-like protocol: counts decided in classes (the headline), a published view of
@@ -33,7 +34,7 @@ def _row(q: Question, arm: str, text: str) -> AnswerRow:
 
 
 def _result(gates: list[str], questions: list[tuple[Question, dict[str, str]]], labels: Labels = LABELS,
-            views: frozenset[str] = frozenset({"binned"})) -> BenchmarkResult:
+            views: frozenset[str] = RSVQA_VIEWS) -> BenchmarkResult:
     stored = [(f"t[{q.key}]", question_record(q, "p", None), {arm: _row(q, arm, t) for arm, t in replies.items()})
               for q, replies in questions]
     parsed = [parse_gate(g) for g in gates]

@@ -16,8 +16,9 @@ the verdict the scorer must give and the rule (official or ours) that decides it
   official rules 1-2 (lx709/VRSBench eval_vqa_gpt.ipynb), null where rule 3 (the judge)
   decides.
 
-Every line has a `why`; the rules are in pytest_satbench/core/scoring.py, §1-§4, and
-core/judge.py. VQA lines whose `why` starts with DISPUTED would give the verdict the cited
+Every line has a `why`; the rules are in pytest_satbench/core/scoring.py, §1-§4,
+core/judge.py, and the views each benchmark declares in its module (datasets/rsvqa.py,
+vrsbench.py, lhrs.py), which the scorer gets from the registered benchmark here. VQA lines whose `why` starts with DISPUTED would give the verdict the cited
 source implies where a present rule disagrees; they run as strict xfails (`DISPUTED` below), so a
 fix of the rule shows as an XPASS to be removed from the list.
 """
@@ -40,6 +41,7 @@ from pytest_satbench.core.scoring import (
     score_mc,
     score_ref,
 )
+from pytest_satbench.datasets.registry import get
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -83,7 +85,7 @@ def test_corpus_is_large_and_every_expectation_is_explained(
 def test_mc_reply(r: dict[str, Any]) -> None:
     assert pick(r["reply"], r["choices"]) == r["pick"], r["why"]
     s = score_mc(_question("mc", r["answer"], r["choices"]), r["reply"],
-                 ScoreOptions(views=frozenset({"lhrs_official"})))
+                 ScoreOptions(views=get("lhrs").score_views))
     assert (s.parsed, s.correct) == (r["pick"] is not None, r["pick"] == r["answer"]), r["why"]
     assert s.view("lhrs_official") == r["lhrs_official"], r["why"]
 
@@ -160,7 +162,7 @@ def _vqa_params() -> list[Any]:
 @pytest.mark.parametrize("r", _vqa_params())
 def test_vqa_reply(r: dict[str, Any]) -> None:
     view = VQA_VIEWS[r["benchmark"]]
-    s = score(_vqa_question(r), r["reply"], ScoreOptions(views=frozenset({view})))
+    s = score(_vqa_question(r), r["reply"], ScoreOptions(views=get(r["benchmark"]).score_views))
     assert s.extracted == r["extracted"], r["why"]
     assert (s.parsed, s.correct) == (r["extracted"] != "", r["exact"]), r["why"]
     if view == "binned":  # the class view exists for count and area questions only

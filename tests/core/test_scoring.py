@@ -8,26 +8,28 @@ import pytest
 
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.scoring import (
+    REORDERED,
     Score,
     ScoreOptions,
     final_answer,
     iou,
-    lhrs_official,
     normalize_vqa,
     parse_box,
     pick,
     ref_split,
-    rsvqa_bin,
     score,
     score_mc,
     score_ref,
     score_vqa,
     to_grid,
-    vrsbench_official,
 )
+# each benchmark's own rule lives in its module and reaches the scorer as a declared view
+from pytest_satbench.datasets.lhrs import LHRS_VIEWS, lhrs_official
+from pytest_satbench.datasets.rsvqa import RSVQA_VIEWS, rsvqa_bin
+from pytest_satbench.datasets.vrsbench import VQA_VIEWS, vrsbench_official
 
 CHOICES = ("Factory", "Park", "Farm", "Forest")  # LHRS-Bench style, answer C = Farm
-OPTS = ScoreOptions(views=frozenset({"binned", "official"}))  # both optional views on
+OPTS = ScoreOptions(views=RSVQA_VIEWS | VQA_VIEWS)  # both optional views on
 
 
 def q(benchmark: str = "rsvqa_lr", answer: str = "yes", types: tuple[str, ...] = ("presence",),
@@ -144,7 +146,7 @@ def test_vqa_binned_view_for_counts_and_areas() -> None:
 
 
 def test_vqa_views_only_where_they_apply() -> None:
-    rsvqa, vrsbench = ScoreOptions(views=frozenset({"binned"})), ScoreOptions(views=frozenset({"official"}))
+    rsvqa, vrsbench = ScoreOptions(views=RSVQA_VIEWS), ScoreOptions(views=VQA_VIEWS)
     assert score_vqa(q(answer="yes"), "yes", rsvqa).views == ()
     vrs = q(benchmark="vrsbench", answer="2", types=("object quantity",))
     assert [k for k, _ in score_vqa(vrs, "2", vrsbench).views] == ["official"]
@@ -298,16 +300,16 @@ def test_score_mc_bad_ground_truth_names_the_question() -> None:
     ("B", "C", 0.0), ("", "A", 0.0),  # empty: the official script has no character to read
 ])
 def test_lhrs_official_first_character_rule(raw: str, gt: str, want: float) -> None:
-    s = score_mc(mc(answer=gt), raw, ScoreOptions(views=frozenset({"lhrs_official"})))
+    s = score_mc(mc(answer=gt), raw, ScoreOptions(views=LHRS_VIEWS))
     assert s.view("lhrs_official") == want
     assert lhrs_official(raw, gt) is bool(want)
 
 
 def test_lhrs_official_view_only_where_declared() -> None:
     assert score_mc(mc(), "C", OPTS).views == ()
-    s = score_mc(mc(), "Farm", ScoreOptions(views=frozenset({"lhrs_official"})))
+    s = score_mc(mc(), "Farm", ScoreOptions(views=LHRS_VIEWS))
     assert (s.correct, s.view("lhrs_official")) == (True, 0.0)  # the headline reads the text
-    s = score_mc(mc(), "I cannot tell.", ScoreOptions(views=frozenset({"lhrs_official"})))
+    s = score_mc(mc(), "I cannot tell.", ScoreOptions(views=LHRS_VIEWS))
     assert (s.parsed, s.views) == (False, (("lhrs_official", 0.0),))
 
 
@@ -438,7 +440,7 @@ def test_score_ref_reversed_corners_are_a_miss_as_officially() -> None:
         s = score_ref(ref(), raw, ScoreOptions(box_grid="100"))
         assert (s.parsed, s.correct, s.view("iou")) == (True, False, 0.0)
         assert s.view("iou_reordered") is None  # the lenient view only where declared
-    lenient = ScoreOptions(box_grid="100", views=frozenset({"reordered"}))
+    lenient = ScoreOptions(box_grid="100", views=REORDERED)
     s = score_ref(ref(), "{<33><60><25><40>}", lenient)
     assert (s.correct, s.view("iou"), s.view("iou_reordered"), s.view("acc@0.5_reordered")) == \
         (False, 0.0, 1.0, 1.0)

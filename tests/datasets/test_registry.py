@@ -27,7 +27,9 @@ from PIL import Image
 
 from pytest_satbench.core.labels import Labels, ViewLabel
 from pytest_satbench.core.question import ImageRef, Question
+from pytest_satbench.core.scoring import View
 from pytest_satbench.datasets.registry import Benchmark, register
+from pytest_satbench.datasets.rsvqa import binned  # RSVQA's count classes: the rule the view runs
 
 
 def _image(value: int) -> bytes:
@@ -45,7 +47,7 @@ def load(req):
 
 register(Benchmark(
     name="acme", kind="vqa", title="Acme ship counts", requires=(), load=load,
-    prepare=lambda cache: cache, score_views=frozenset({"binned"}),
+    prepare=lambda cache: cache, score_views=frozenset({View("binned", binned)}),
     labels=Labels(overall="Acme OA", views=(ViewLabel("binned", "binned: Acme's count classes", "Acme binned"),)),
 ))
 '''
