@@ -1,8 +1,10 @@
 """`python -m pytest_satbench.report`: write (or list) run reports from the results store.
 
     python -m pytest_satbench.report [--store PATH] [--run RUN_ID | --tag TAG] [--out reports] [--list]
+    python -m pytest_satbench.report --compare A B [--benchmark NAME] [--allow-different-data]
 
-Exit codes: 0 written/listed, 2 bad usage, missing store or run, 1 nothing to report.
+Exit codes: 0 written/listed/compared, 2 bad usage, missing store or run, a comparison that
+cannot be made, 1 nothing to report.
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="list the runs in the store, newest first, with their questions, answered, errors and "
                          "missing, and exit")
     ap.add_argument("--iterations", type=int, default=1000, help="bootstrap resamples (default: 1000)")
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                    help="paired comparison of B against A, each TAG (its orig arm), TAG:ARM or :ARM (an arm of the "
+                         "newest run's tag); written to OUT/<benchmark>/compare/<A>-vs-<B>/")
+    ap.add_argument("--benchmark", help="with --compare: only this benchmark (default: every benchmark both have)")
+    ap.add_argument("--allow-different-data", action="store_true",
+                    help="with --compare: pair the questions both sides have even when their dataset files differ")
     args = ap.parse_args(argv)
 
     if not args.store.is_file():
@@ -61,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     except sqlite3.DatabaseError as exc:
         return _fail(f"{args.store} is not a satbench results store ({exc}); pass --store PATH")
     try:
+        if args.compare:
+            return _compare(store, args)
         if args.list:
             if not runs:
                 print("no runs" + (f" with tag {args.tag!r}" if args.tag else ""))
@@ -95,6 +105,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         store.close()
+
+
+def _compare(store: object, args: argparse.Namespace) -> int:
+    from pytest_satbench.report.compare import CompareError, run_comparison, terminal_lines, write_comparison
+
+    try:
+        reports = run_comparison(store, *args.compare, benchmark=args.benchmark,  # type: ignore[arg-type]
+                                 allow_different_data=args.allow_different_data, iterations=args.iterations)
+    except CompareError as exc:
+        return _fail(str(exc))
+    for rep in reports:
+        print("\n".join(terminal_lines(rep)))
+        print(f"satbench: comparison written to {write_comparison(rep, args.out)}")
+    return 0
 
 
 if __name__ == "__main__":
