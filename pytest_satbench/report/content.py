@@ -167,8 +167,9 @@ def _intro(data: BenchmarkResult, protocol: Mapping[str, Any], labels: Mapping[s
         Paragraph(rich(
             "Prompt style ", Code(str(protocol.get("prompt_style"))), f", sampling {protocol.get('sampling')}, "
             "box grid ", Code(str(data.score_options.box_grid)), ", IoU ", Code(str(data.score_options.iou)),
-            ". Answers re-scored from the stored raw text. API errors, truncated and unparseable answers "
-            "stay in the denominator and count as wrong. Intervals: 95% percentile bootstrap clustered by "
+            ". Answers re-scored from the stored raw text. API errors and unparseable answers stay in the "
+            "denominator and count as wrong; a truncated answer stays too, scored on what it contains. "
+            "Intervals: 95% percentile bootstrap clustered by "
             f"image ({st.iterations} resamples, seed {st.seed}).",
         )),
     ]
@@ -213,7 +214,8 @@ def _accuracy(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
 
     out.append(Paragraph(rich(
         "Answer quality, all questions (per type in per_type.csv): errors = no answer after retries, "
-        "truncated = hit the token limit, unparseable = answered but not interpretable; all count as wrong.")))
+        "truncated = hit the token limit (scored on what it contains), unparseable = answered but not "
+        "interpretable (wrong); errors count as wrong.")))
     quality = []
     for arm in arms:
         a = st.overall.accuracy[arm]
