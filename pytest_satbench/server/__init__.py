@@ -6,7 +6,7 @@ no model weights and no accelerator: it answers the demo benchmark by colour seg
 and object counting (`vision.py`, `answering.py`), so a codec that blurs small objects really
 costs it accuracy, and gives fixed, documented answers to everything else.
 
-On the wire it behaves as vLLM does where a client can tell (`protocol.py`): `"stream": true`
+On the wire it behaves as vLLM does where a client can tell (`wire.py`): `"stream": true`
 is server-sent events ending in `data: [DONE]`, `n` gives n choices (identical: the answers
 are deterministic), every reply carries `usage`, `GET /v1/models/{id}` returns the model
 card, and a request naming a model id it does not serve is a 404 in vLLM's words.

@@ -32,7 +32,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from pytest_satbench.server.answering import answer
-from pytest_satbench.server.protocol import (
+from pytest_satbench.server.wire import (
     ApiError,
     Completion,
     ModelCard,
