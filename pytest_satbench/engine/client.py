@@ -26,6 +26,11 @@ HTTP error is retried without pausing the server. `on_state_change(server, up, r
 called once on each transition (down when first refused, up at its next answer), in order,
 from the thread of the request that saw it; `server_states()` and `last_answer_at()` tell a
 watchdog how the servers are doing.
+
+The file is over 500 lines because ServerPool is one state machine under one lock: slot
+choice, retries, servers up and down, limits and counters all read and write the same
+`_Server` records, and the snapshots it hands out (ServerCounters, ServerState, ServerLoad)
+are those records' public faces.
 """
 
 from __future__ import annotations

@@ -407,6 +407,9 @@ class Connections:
                 raise TransportError("proxy", f"the proxy refused CONNECT {self.host}:{self.port} ({answer})",
                                      status=int(refused.group(1))) from None
             raise TransportError("connect", self._at_proxy(exc) + _describe(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - whatever http.client raises on a reply it cannot read
+            conn.close()
+            raise TransportError("protocol", _describe(exc)) from None
         if resp.will_close:
             conn.close()
         else:

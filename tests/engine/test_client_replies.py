@@ -204,9 +204,12 @@ def test_a_compressed_reply_is_decoded(encoding: str) -> None:
 
 
 def test_an_encoding_the_client_cannot_read_is_one_line_naming_it_and_not_retried() -> None:
-    with FakeVLM(["m"], encoding="br") as srv, ServerPool([srv.url], retries=3, **FAST) as pool:
-        with pytest.raises(RequestFailed) as ei:
-            ask(pool)
+    with (
+        FakeVLM(["m"], encoding="br") as srv,
+        ServerPool([srv.url], retries=3, **FAST) as pool,
+        pytest.raises(RequestFailed) as ei,
+    ):
+        ask(pool)
     s = one_line(ei.value)
     assert "Content-Encoding: br" in s and "gzip" in s and not ei.value.transient
     assert srv.chat_requests == 1 and ei.value.attempts == 1
@@ -217,8 +220,8 @@ def test_a_gzip_body_that_inflates_past_the_cap_is_too_large() -> None:
     with (
         FakeVLM(["m"], encoding="gzip", fail_always=Fail.raw(body)) as srv,
         ServerPool([srv.url], retries=2, max_reply_bytes=100_000, **FAST) as pool,
+        pytest.raises(RequestFailed) as ei,
     ):
-        with pytest.raises(RequestFailed) as ei:
-            ask(pool)
+        ask(pool)
     assert "inflates to over the 100000-byte cap" in str(ei.value) and not ei.value.transient
     assert srv.chat_requests == 1

@@ -59,10 +59,12 @@ def test_an_http10_reply_is_read_to_its_end_and_its_connection_not_pooled(conten
 
 
 def test_a_body_to_close_over_the_cap_is_too_large() -> None:
-    with FakeVLM(["m"], http10=True, content_length=False, fail_always=Fail.huge(50_000)) as srv, \
-            connections(srv, max_body=10_000) as conns:
-        with pytest.raises(TransportError) as ei:
-            chat(conns)
+    with (
+        FakeVLM(["m"], http10=True, content_length=False, fail_always=Fail.huge(50_000)) as srv,
+        connections(srv, max_body=10_000) as conns,
+        pytest.raises(TransportError) as ei,
+    ):
+        chat(conns)
     assert ei.value.kind == "too-large"
 
 
@@ -96,9 +98,12 @@ def test_a_request_a_reused_connection_dropped_is_sent_again_once_and_is_no_fail
 
 
 def test_a_new_connection_closed_without_a_reply_is_a_reset_not_resent() -> None:
-    with FakeVLM(["m"], fail_always=Fail.hangup()) as srv, connections(srv) as conns:
-        with pytest.raises(TransportError) as ei:
-            chat(conns)
+    with (
+        FakeVLM(["m"], fail_always=Fail.hangup()) as srv,
+        connections(srv) as conns,
+        pytest.raises(TransportError) as ei,
+    ):
+        chat(conns)
     assert ei.value.kind == "reset" and conns.resent == 0 and srv.chat_requests == 1
 
 
@@ -123,18 +128,23 @@ def test_compressed_bodies_are_decoded(encoding: str) -> None:
 def test_a_gzip_body_is_capped_after_inflating() -> None:
     # 2 MB of spaces gzip to a few kB: the cap is on what it inflates to
     raw = json.dumps(chat_completion("x")) + " " * 2_000_000
-    with FakeVLM(["m"], encoding="gzip", fail_always=Fail.raw(raw)) as srv, \
-            connections(srv, max_body=100_000) as conns:
-        with pytest.raises(TransportError) as ei:
-            chat(conns)
+    with (
+        FakeVLM(["m"], encoding="gzip", fail_always=Fail.raw(raw)) as srv,
+        connections(srv, max_body=100_000) as conns,
+        pytest.raises(TransportError) as ei,
+    ):
+        chat(conns)
     assert ei.value.kind == "too-large" and "inflates to over the 100000-byte cap" in str(ei.value)
     assert len(gzip.compress(raw.encode())) < 100_000
 
 
 def test_an_unknown_encoding_is_named_and_a_body_that_does_not_decode_is_corrupt() -> None:
-    with FakeVLM(["m"], encoding="not-really", fail_always=Fail.raw("{}")) as srv, connections(srv) as conns:
-        with pytest.raises(TransportError) as unknown:
-            chat(conns)
+    with (
+        FakeVLM(["m"], encoding="not-really", fail_always=Fail.raw("{}")) as srv,
+        connections(srv) as conns,
+        pytest.raises(TransportError) as unknown,
+    ):
+        chat(conns)
     assert unknown.value.kind == "encoding" and "Content-Encoding: not-really" in str(unknown.value)
     assert transport._decoded(b"plain", "identity", 100, 200) == b"plain"
     with pytest.raises(TransportError) as corrupt:

@@ -192,7 +192,7 @@ def test_a_length_stop_is_an_answer_with_the_reasoning_length() -> None:
 
 
 def test_statuses_and_the_proxy() -> None:
-    def fail(status: int, proxied: bool = False, **headers: str) -> AttemptFailed:
+    def fail(status: int, *, proxied: bool = False, **headers: str) -> AttemptFailed:
         with pytest.raises(AttemptFailed) as ei:
             read_completion(reply({"error": {"message": "nope \ud800"}}, status, headers), "m", proxied=proxied)
         return ei.value
