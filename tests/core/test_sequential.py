@@ -132,6 +132,19 @@ def test_incremental_and_vectorised_agree():
         np.testing.assert_allclose(got, np.stack([est, lo, hi], 1), rtol=0, atol=1e-9)
 
 
+def test_the_with_replacement_clock_is_wider_and_both_agree_with_the_incremental_form():
+    orig, recon, q = benchmark(200, 50, seed=3)
+    perm = random_orders(200, orders=1, seed=4)[0]
+    y = recon - orig
+    _, lo, hi = confidence_sequence(y[perm], q[perm], 200)
+    _, wlo, whi = confidence_sequence(y[perm], q[perm], 200, finite_population=False)
+    assert np.all(whi - wlo >= hi - lo - 1e-12) and whi[-1] == wlo[-1]  # exact at the end too
+    assert (whi - wlo)[150] > 1.5 * (hi - lo)[150]
+    seq = SequentialEstimate(200, finite_population=False)
+    got = np.array([tuple(seq.add(int(y[i]), int(q[i])))[1:] for i in perm])
+    np.testing.assert_allclose(got, np.stack([wlo, whi], 1), rtol=0, atol=1e-9)
+
+
 def test_unequal_question_counts_use_the_ratio_of_sums():
     seq = SequentialEstimate(4, kind=ACCURACY, min_images=2)
     seq.add(1, 1)
