@@ -628,6 +628,34 @@ class ResultStore:
         if current is not None:
             yield _merged_item(head, found, own)
 
+    def records(self, run_id: str | None = None, *, key: str | None = None,
+                benchmark: str | None = None) -> Iterator[tuple[str, str, str, dict[str, object], dict[str, str]]]:
+        """Runs' records of their questions, without answers: (run_id, nodeid, benchmark,
+        question dict, {arm: fingerprint}) in the order recorded; of one run, one question key
+        (any node id) and/or one benchmark. Read-only (what `--why` and the re-ask reasons read)."""
+        self.flush()
+        where, args = [], []
+        for clause, value in (("run_id=?", run_id), ("json_extract(question, '$.key')=?", key),
+                              ("benchmark=?", benchmark)):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        sql = "SELECT run_id, nodeid, benchmark, question, fingerprints FROM run_items"
+        sql += (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY rowid"
+        for rid, nodeid, bench, question, fps in self._conn().execute(sql, args):
+            yield rid, nodeid, bench, json.loads(question), json.loads(fps)
+
+    def question_rows(self, key: str, benchmark: str | None = None) -> list[AnswerRow]:
+        """Every stored row (answers and errors) of one question key, any node id, arm and
+        fingerprint, oldest first. Read-only."""
+        self.flush()
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM answers WHERE question_key=?"
+        args: tuple[str, ...] = (key,)
+        if benchmark:
+            sql += " AND benchmark=?"
+            args = (key, benchmark)
+        return [_row(got) for got in self._conn().execute(sql + " ORDER BY created, arm", args)]
+
     def run_counts(self) -> dict[str, dict[str, tuple[int, int, int]]]:
         """Per run and benchmark: (questions recorded, answered in every arm, with an error in some
         arm). A recorded question that is neither has an arm without any row."""
