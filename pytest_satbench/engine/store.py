@@ -11,6 +11,10 @@ Rules the rest of the plugin relies on:
 - An error never overwrites a stored answer (the upsert refuses to).
 - Correctness is NOT trusted from the row: callers re-score the stored raw answer, so a
   scorer fix applies to stored answers too. The `correct` column is for exports.
+
+Every SQL statement of the plugin lives here (the schema, the writer, the queries reports
+stream), which is why the file is long; what the file system says about the file (read-only,
+full, a network mount) is at its end.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ Behaviour lives in modules named for one concern: `options` (the option table), 
 (questions as items, -k before loading), `session` (the per-run state object), `protocol`
 (the lean per-item run protocol), `outcomes` (letters and verdicts), `progress` (the live
 progress line), `terminal` (the summary; how the progress line is written), `xdist` (hooks
-and the image-group scheduler), `fixtures` (public fixtures).
+and the image-group scheduler), `signals` (SIGTERM stops a run as Ctrl-C does), `fixtures`
+(public fixtures).
 """
 
 from __future__ import annotations
