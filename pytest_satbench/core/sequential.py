@@ -44,8 +44,9 @@ The construction
 
        tau_t = t / (N - t).
 
-   By the invariance principle for sampling without replacement (Rosen 1965; Billingsley,
-   Convergence of probability measures, Thm 24.1), ``S_{uN} / (s sqrt N)`` tends to a
+   By the invariance principle for sampling without replacement (Rosen, "Limit theorems
+   for sampling from finite populations", Arkiv for Matematik 1965), ``S_{uN} / (s sqrt N)``
+   tends to a
    Brownian bridge ``b(u)``, and ``b(u) = (1 - u) W(u / (1 - u))`` for a Brownian motion
    ``W``: ``Z_t sqrt(N) / s`` is asymptotically ``W(tau_t)``, a Brownian motion read at
    the clock ``tau_t``, which runs from 0 to infinity as ``t`` goes from 0 to ``N``.
@@ -62,7 +63,7 @@ The construction
 
    which is the Gaussian-mixture asymptotic confidence sequence of Waudby-Smith, Arbour,
    Sinha, Kennedy and Ramdas ("Time-uniform central limit theory and asymptotic confidence
-   sequences", Annals of Statistics 2024, Theorem 2.2) evaluated at the effective sample
+   sequences", Annals of Statistics 2024) evaluated at the effective sample
    size ``n_t = t / (1 - t/N)`` instead of ``t``. That is the finite-population correction:
    at a fixed ``t``, ``s^2 / n_t = (1 - t/N) s^2 / t`` is the textbook without-replacement
    variance of a sample mean; here the whole boundary, not one point of it, moves to the
@@ -79,9 +80,9 @@ The construction
    an exact, finite-sample guarantee.
 
 4. ``r`` sets where the sequence is tightest: ``r^2 = (-2 log alpha + log(1 - 2 log alpha))
-   / n_opt`` minimises the width at ``n_t = n_opt`` (Waudby-Smith et al., Section 2.5). It is
-   fixed before the data (``n_opt`` defaults to `DEFAULT_N_OPT` effective images); the width
-   depends on it only through a logarithm.
+   / n_opt`` (about) minimises the width at ``n_t = n_opt`` (the choice Howard et al. and
+   Waudby-Smith et al. give). It is fixed before the data (``n_opt`` defaults to
+   `DEFAULT_N_OPT` effective images); the width depends on it only through a logarithm.
 
 5. At least `min_images` images on each side (default `DEFAULT_MIN_IMAGES` = 50, or all
    of them when the benchmark is smaller). The guarantee is asymptotic in the number of
@@ -103,14 +104,20 @@ anywhere in ``[-m_i, m_i]`` while its spread is a few questions: on a 2,226-imag
 the questions for a 2-point width, and on 200 images of 50 questions it never reaches 4
 points. This sequence pays only for the observed spread: 11% of the questions (90th
 percentile 13%) and 35% (40%). Coverage at every look, over 1,000 random orders of
-synthetic benchmarks with heterogeneous images, is 94.3% to 97.5%, within simulation
+synthetic benchmarks with heterogeneous images, is 94.3% to 98.0%, within simulation
 noise of 95% (the Gaussian-mixture boundary crosses with probability exactly ``alpha`` in
 the limit, and this clock runs to infinity, so there is no slack to spare); peeking at the
 ordinary clustered interval every 10 images excludes the complete-run value in 18% to 39%
 of the orders. Defaults: ``min_images`` 50 and ``n_opt`` 500, chosen on those simulations
 (a smaller ``min_images`` lets early looks undercover; ``n_opt`` from 250 to 2,000 leaves
-the coverage where it is and moves the stop by a few percent of the questions; 500 stops
-soonest at RSVQA-HR's size).
+the coverage on these benchmarks where it is, and at RSVQA-HR's size a 2-point width comes
+after 10.8% of the questions with 250, 11.0% with 500, 11.9% with 1,000 and 13.6% with
+2,000; a larger ``n_opt`` makes early looks wider, which helps when a few images carry
+much of the delta: with 10% of the images losing 30 points, the orders excluded at 200
+images are 6.8% with ``n_opt`` 300, 6.1% with 500 and 4.8% with 1,000; 500 is the
+compromise). Such a heavy tail is where the asymptotics are weakest: 6.1% and 6.7% (200
+and 2,226 images) instead of 5%, where ``finite_population=False`` (below) gives 0.8% and
+3.8%.
 
 ``finite_population=False`` reads the same boundary on the with-replacement clock
 ``n_t = t`` (exact again at the last image). Without replacement ``S_t`` is a Brownian
@@ -130,7 +137,7 @@ over ``k`` arms, pass ``alpha / k``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -444,17 +451,17 @@ class StoppingRule:
     def add(self, questions: int, correct: Mapping[str, float], image: str | None = None) -> None:
         """One completed image: its question count and each arm's number of correct
         answers on it (errors count as wrong, as everywhere)."""
+        # validate everything before changing anything
+        if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
+            raise ValueError(f"an image needs an int number of questions >= 1, got {questions!r}")
         missing = [a for a in self.accuracy if a not in correct]
         if missing:
-            raise ValueError(f"image {image or ''}: no correct count for arm(s) {', '.join(missing)}")
-        ref = correct[self.reference]
-        # validate everything before changing anything
+            raise ValueError(f"no correct count for arm(s) {', '.join(missing)}")
         for a in self.accuracy:
             c = correct[a]
             if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= questions:
                 raise ValueError(f"arm {a!r}: {c!r} correct is not in [0, {questions}]")
-        if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
-            raise ValueError(f"an image needs an int number of questions >= 1, got {questions!r}")
+        ref = correct[self.reference]
         if self.images >= self.n_images_total:
             raise ValueError(f"all {self.n_images_total} images were already added")
         if image is not None and image in self.accuracy[self.reference]._seen:
