@@ -2,6 +2,8 @@
 
     python -m pytest_satbench.report [--store PATH] [--run RUN_ID | --tag TAG] [--out reports] [--list]
     python -m pytest_satbench.report --compare A B [--benchmark NAME] [--allow-different-data]
+    python -m pytest_satbench.report --why KEY [--benchmark NAME]
+    python -m pytest_satbench.report --reasons [--run RUN_ID | --tag TAG]
 
 Exit codes: 0 written/listed/compared, 2 bad usage, missing store or run, a comparison that
 cannot be made, 1 nothing to report.
@@ -54,9 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"),
                     help="paired comparison of B against A, each TAG (its orig arm), TAG:ARM or :ARM (an arm of the "
                          "newest run's tag); written to OUT/<benchmark>/compare/<A>-vs-<B>/")
-    ap.add_argument("--benchmark", help="with --compare: only this benchmark (default: every benchmark both have)")
+    ap.add_argument("--benchmark", help="with --compare: only this benchmark (default: every benchmark both have); "
+                                        "with --why: the question's benchmark")
     ap.add_argument("--allow-different-data", action="store_true",
                     help="with --compare: pair the questions both sides have even when their dataset files differ")
+    ap.add_argument("--why", metavar="KEY",
+                    help="every stored answer of question KEY across runs and tags, its fingerprint's components side "
+                         "by side, and the components that differ")
+    ap.add_argument("--reasons", action="store_true",
+                    help="per run (--run, --tag, default every run): the answers it asked anew, by reason (new "
+                         "question, model changed, prompt changed, image bytes changed, --fresh, ...)")
     args = ap.parse_args(argv)
 
     if not args.store.is_file():
@@ -71,6 +80,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.compare:
             return _compare(store, args)
+        if args.why is not None:
+            from pytest_satbench.report.why import why_lines
+
+            lines = why_lines(store, args.why, args.benchmark)
+            if not lines:
+                where = f" of {args.benchmark}" if args.benchmark else ""
+                return _fail(f"no stored answer of question {args.why!r}{where} in {args.store}", 1)
+            print("\n".join(lines))
+            return 0
+        if args.reasons:
+            from pytest_satbench.report.why import reasons_lines
+
+            chosen = [r for r in runs if r["run_id"] == args.run] if args.run else runs
+            if not chosen:
+                return _fail(f"no such run in {args.store}; see --list")
+            print("\n".join(reasons_lines(store, chosen)))
+            return 0
         if args.list:
             if not runs:
                 print("no runs" + (f" with tag {args.tag!r}" if args.tag else ""))
