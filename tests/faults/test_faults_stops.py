@@ -379,3 +379,35 @@ def test_an_image_rewritten_in_place_with_its_old_mtime_is_asked_again(tmp_path:
     finally:
         conn.close()
     assert shas[0] == 2  # the answers about the old pixels and those about the new ones
+
+
+SLOW_FINISH = """
+import os
+import time
+
+
+def pytest_sessionfinish(session):
+    os.write(1, b"\\nSESSION FINISHING\\n")  # past the items: the summary and reports are written now
+    time.sleep(60)
+"""
+
+
+def test_sigterm_after_the_last_item_lets_the_run_finish_and_a_second_one_exits_at_once(
+    tmp_path: Path, reference: Reference,
+) -> None:
+    project = Project.make(tmp_path)
+    (project.dir / "conftest.py").write_text(SLOW_FINISH)
+    with FakeVLM([MODEL], answer=answer) as srv:
+        running = project.start(srv.url)
+        assert wait_until(lambda: "SESSION FINISHING" in running.log.read_text(), 60)
+        running.signal(signal.SIGTERM)  # the items are over: nothing is raised, the finish goes on
+        time.sleep(1.2)
+        assert running.proc.poll() is None
+        t0 = time.monotonic()
+        running.signal(signal.SIGTERM)
+        result = running.wait(30)
+        took = time.monotonic() - t0
+    assert took < 2.0, took
+    assert result.rc == 2 and "satbench: second SIGTERM: exiting now" in result.out, result.out[-2000:]
+    assert "Traceback" not in result.out
+    compare(project, reference)  # every answer was committed before
