@@ -20,6 +20,13 @@ exactly as a third-party package's::
 
 Name the entry point after the codec: when its module fails to import, a spec naming that
 codec gets the import error and what to install; every other codec still works.
+
+Everything the rest of the package knows of a codec it asks here, by the arm's name: its short
+label in tables (`arm_label`: `jpeg:q10`, `tok48`), what protocol.json says of it
+(`describe_arm`, from the identity the run recorded: a checkpoint is hashed once, by the
+codec, when the run starts), whether its reconstructions are worth keeping on disk rather than
+made again (`disk_cacheable`), and how shorthand options rewrite `--recon` texts
+(`expand_shorthands`). Nothing outside `codecs/` reads a spec's parameters or names a codec.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from __future__ import annotations
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING
@@ -98,7 +105,8 @@ class Codec(ABC):
 
     arms: tuple[ArmSpec, ...]
 
-    # Whether reconstructions are worth caching on disk (expensive codecs only).
+    # Whether reconstructions are worth caching on disk (expensive codecs only); its factory
+    # says the same (`CodecFactory.disk_cacheable`) without building the codec.
     disk_cacheable: bool = False
 
     def identity(self) -> str:
@@ -136,6 +144,21 @@ class CodecFactory:
     normalise: Callable[[dict[str, str]], ArmSpec]
     build: Callable[[Sequence[ArmSpec]], list[Codec]]
     help: str = ""
+    # The arm's short label in tables (at most ~8 characters tell a sweep's arms apart), from
+    # its canonical spec; default: the canonical spec itself.
+    label: Callable[[ArmSpec], str] | None = None
+    # What protocol.json says of an arm beyond its spec and codec name, from its canonical spec
+    # and the identity the run recorded (`Codec.identity()`, "" when none was recorded), e.g.
+    # the checkpoint and its sha256. Never reads or hashes a file: the run did that once.
+    describe: Callable[[ArmSpec, str], dict[str, object]] | None = None
+    # Expensive codecs: reconstructions are cached on disk, and a report looks them up there
+    # instead of making them again (the codec's own `Codec.disk_cacheable`).
+    disk_cacheable: bool = False
+    # Shorthand options that rewrite the --recon texts of this codec (the seed's --nlatent,
+    # --max-tiles, --recon-device for One-D-Piece): the keys it takes, and the rewrite, given
+    # every --recon text and the values of the keys that were given.
+    shorthand_keys: frozenset[str] = frozenset()
+    shorthands: Callable[[list[str], Mapping[str, str]], list[str]] | None = None
 
 
 _FACTORIES: dict[str, CodecFactory] = {}
@@ -251,6 +274,70 @@ def normalise_spec(text: str) -> ArmSpec:
             f"--recon {text!r}: unknown codec {name!r}; known: {', '.join(sorted(known))}{broken}"
         )
     return known[name].normalise(params)
+
+
+def _spec_of(arm: str) -> tuple[ArmSpec, CodecFactory | None]:
+    """The ArmSpec of a canonical arm name (as stored), and its codec's factory if installed."""
+    name, params = parse_spec(arm)
+    return ArmSpec(name, tuple(params.items())), factories().get(name)
+
+
+def arm_label(arm: str) -> str:
+    """The short label of a reconstruction arm, named by its canonical spec: what its codec's
+    factory calls it (`jpeg:q10`, `rsz:0.5`, `tok48`), else the spec itself."""
+    try:
+        spec, factory = _spec_of(arm)
+    except SpecError:
+        return arm
+    if factory is None or factory.label is None:
+        return arm
+    return factory.label(spec)
+
+
+def describe_arm(arm: str, identity: str = "") -> dict[str, object]:
+    """What protocol.json says of a reconstruction arm: its spec, its codec's name and what the
+    codec describes of it from the `identity` the run recorded (its checkpoint and the
+    checkpoint's sha256, for One-D-Piece). Reads and hashes nothing."""
+    try:
+        spec, factory = _spec_of(arm)
+    except SpecError:
+        return {"arm": arm, "codec": None}
+    entry: dict[str, object] = {"arm": arm, "codec": spec.codec}
+    if factory is not None and factory.describe is not None:
+        entry.update(factory.describe(spec, identity or ""))
+    return entry
+
+
+def disk_cacheable(arm: str) -> bool:
+    """Whether the arm's reconstructions are cached on disk (an expensive codec: a report looks
+    them up there rather than making them again). A codec that is not installed here counts as
+    one: it cannot be run, only looked up."""
+    try:
+        _, factory = _spec_of(arm)
+    except SpecError:
+        return True
+    return factory is None or factory.disk_cacheable
+
+
+def expand_shorthands(raw: Sequence[str], given: Mapping[str, str | None]) -> list[str]:
+    """The --recon texts with shorthand options applied: each codec that takes one of the
+    given keys (`CodecFactory.shorthand_keys`) rewrites the texts (e.g. One-D-Piece's
+    `nlatent=16,32` gives one arm per budget). Raises SpecError for a key no codec takes, or
+    what the codec raises (e.g. no checkpoint to apply them to)."""
+    values = {k: v for k, v in given.items() if v}
+    out = list(raw)
+    if not values:
+        return out
+    taken: set[str] = set()
+    for factory in factories().values():
+        keys = factory.shorthand_keys & values.keys()
+        if keys and factory.shorthands is not None:
+            out = factory.shorthands(out, {k: values[k] for k in sorted(keys)})
+            taken |= keys
+    left = sorted(values.keys() - taken)
+    if left:
+        raise SpecError(f"no installed codec takes the shorthand {left[0]!r}")
+    return out
 
 
 def build_codecs(specs: Sequence[ArmSpec]) -> list[Codec]:

@@ -94,11 +94,13 @@ def _one_each(cls: type[Codec]):
     return build
 
 
+# Labels in tables: `jpeg:q10`, `rsz:0.5`, `identity`.
 register_codec(
     CodecFactory("identity", _identity, _one_each(IdentityCodec), "the original pixels")
 )
 register_codec(
-    CodecFactory("jpeg", _jpeg, _one_each(JpegCodec), "jpeg:quality=Q (1-100)")
+    CodecFactory("jpeg", _jpeg, _one_each(JpegCodec), "jpeg:quality=Q (1-100)",
+                 label=lambda spec: f"jpeg:q{spec.param('quality')}")
 )
 register_codec(
     CodecFactory(
@@ -106,5 +108,6 @@ register_codec(
         _resize,
         _one_each(ResizeCodec),
         "resize:factor=F (0<F<=1): down by F, back up to the original size",
+        label=lambda spec: f"rsz:{spec.param('factor')}",
     )
 )

@@ -12,12 +12,15 @@ Every question is asked once per arm:
   VRSBench's official protocol), never an arm of the comparison either.
 
 The same arm has the same short label in the terminal, report.md and report.html
-(`arm_labels`), so a figure can be found again from one place to the other.
+(`arm_labels`), so a figure can be found again from one place to the other. A
+reconstruction arm's label is its codec's (`jpeg:q10`, `tok48`): core never reads a spec, it
+asks the labeller the codec registry installs (`use_labeller`, done by `pytest_satbench.codecs`
+when it is imported); with none, an arm is labelled by its name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pytest_satbench.core.formatting import prose
 
@@ -65,17 +68,24 @@ def image_arm(arm: str) -> str:
     return ORIG if is_repeat(arm) else arm
 
 
+_labeller: Callable[[str], str] | None = None
+
+
+def use_labeller(labeller: Callable[[str], str]) -> None:
+    """Where reconstruction arms get their short labels: the codec registry's `arm_label`
+    (the codec that made the arm names it), installed when the registry is imported."""
+    global _labeller
+    _labeller = labeller
+
+
 def short_label(arm: str) -> str:
-    """`tok48` for a One-D-Piece budget, `jpeg:q10` for JPEG quality 10, the name itself
-    for orig and blind."""
-    if arm in RESERVED:
+    """The codec's label for a reconstruction arm (`tok48`, `jpeg:q10`), the judge's prefix
+    before the judged arm's, the name itself for orig, blind and the repeats."""
+    if is_judge(arm):
+        return JUDGE + short_label(judged(arm))
+    if not is_recon(arm) or _labeller is None:
         return arm
-    _, _, params = arm.partition(":")
-    for part in params.split(","):
-        # a token budget is what tells the arms of a budget sweep apart
-        if part.startswith("nlatent="):
-            return "tok" + part[len("nlatent="):]
-    return arm.replace("quality=", "q").replace("resize:factor=", "rsz:").replace("factor=", "f")
+    return _labeller(arm)
 
 
 def arm_labels(arms: Sequence[str]) -> tuple[dict[str, str], list[str]]:

@@ -11,6 +11,9 @@ as a miss and removes it. Writers write a private temp file and `os.replace` it 
 so readers never see a partial entry and concurrent writers of one key just race to an
 identical result. Size is bounded by evicting least-recently-used entries (mtime, which
 `get` refreshes) whenever this process's running estimate passes `max_bytes`.
+
+A report finds an entry by what a run recorded of it, the sha256 of the bytes it sent, which is
+the payload hash in the entry's header: `PayloadLookup` reads the cache without changing it.
 """
 
 from __future__ import annotations
@@ -139,3 +142,46 @@ class DiskCache:
             path.unlink()
         except OSError:
             pass
+
+
+class PayloadLookup:
+    """A cache's entries found by the sha256 of their payload (the header's hash: what a run
+    records of the bytes it sent), read only: it creates, refreshes and evicts nothing. The
+    headers are read once, on the first lookup (39 bytes an entry); a payload is returned
+    only when it still hashes to what was asked."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = Path(root) if root is not None else None
+        self._index: dict[str, Path] | None = None
+
+    def _scan(self) -> dict[str, Path]:
+        index: dict[str, Path] = {}
+        if self.root is None or not self.root.is_dir():
+            return index
+        for sub in self.root.iterdir():
+            if not sub.is_dir():
+                continue
+            for f in sub.iterdir():
+                if f.name.endswith(".tmp"):
+                    continue
+                try:
+                    with open(f, "rb") as fh:
+                        head = fh.read(_HEADER)
+                except OSError:
+                    continue
+                if head.startswith(_MAGIC) and len(head) == _HEADER:
+                    index[head[len(_MAGIC):].hex()] = f
+        return index
+
+    def get(self, sha256: str) -> bytes | None:
+        """The payload whose sha256 is `sha256`, or None when the cache does not hold it."""
+        if self._index is None:
+            self._index = self._scan()
+        path = self._index.get(sha256)
+        if path is None:
+            return None
+        try:
+            payload = path.read_bytes()[_HEADER:]
+        except OSError:
+            return None
+        return payload if hashlib.sha256(payload).hexdigest() == sha256 else None

@@ -226,10 +226,7 @@ def _arms(values: Mapping[str, Any]) -> tuple[ArmSpec, ...]:
     nlatent: str | None = values["nlatent"]
     max_tiles = None if values["max_tiles"] is None else str(values["max_tiles"])
     if nlatent or max_tiles or device:
-        try:
-            raw = _expand_onedpiece(raw, nlatent, max_tiles, device)
-        except SpecError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        raw = _expand_onedpiece(raw, nlatent, max_tiles, device)
     arms: list[ArmSpec] = []
     for text in raw:
         try:
@@ -244,34 +241,15 @@ def _arms(values: Mapping[str, Any]) -> tuple[ArmSpec, ...]:
 
 
 def _expand_onedpiece(raw: list[str], nlatent: str | None, max_tiles: str | None, device: str | None) -> list[str]:
-    """The seed's shorthands: --nlatent 16,32 --max-tiles 12 --recon-device cuda:0.
+    """The seed's One-D-Piece shorthands (--nlatent 16,32 --max-tiles 12 --recon-device cuda:0),
+    handed to the codecs as they are: the codec that takes them rewrites its own --recon texts
+    (`codecs.expand_shorthands`)."""
+    from pytest_satbench.codecs import SpecError, expand_shorthands
 
-    They apply to the onedpiece arms given with --recon; with none given, they create them
-    from the checkpoint in $SATBENCH_ONEDPIECE_CKPT.
-    """
-    from pytest_satbench.codecs.base import parse_spec
-
-    budgets = [b.strip() for b in (nlatent or "").split(",") if b.strip()]
-    base = [r for r in raw if parse_spec(r)[0] == "onedpiece"]
-    out = [r for r in raw if r not in base]
-    if not base:
-        if not os.environ.get("SATBENCH_ONEDPIECE_CKPT"):
-            raise pytest.UsageError(
-                "--nlatent/--max-tiles/--recon-device need a One-D-Piece checkpoint: pass "
-                "--recon onedpiece:ckpt=PATH or set SATBENCH_ONEDPIECE_CKPT"
-            )
-        base = ["onedpiece"]
-    for spec in base:
-        params = parse_spec(spec)[1]
-        if max_tiles:
-            params["max_tiles"] = max_tiles
-        if device:
-            params["device"] = device
-        for budget in budgets or [params.get("nlatent")]:
-            if budget:
-                params["nlatent"] = budget
-            out.append("onedpiece:" + ",".join(f"{k}={v}" for k, v in params.items()))
-    return out
+    try:
+        return expand_shorthands(raw, {"nlatent": nlatent, "max_tiles": max_tiles, "device": device})
+    except SpecError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------- the table

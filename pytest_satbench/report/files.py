@@ -4,18 +4,18 @@ answer_transitions.csv, predictions.jsonl, protocol.json."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
 import os
 import time
 from dataclasses import asdict
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from pytest_satbench._version import __version__
+from pytest_satbench.codecs import arm_label, describe_arm
 from pytest_satbench.core import analysis as AN
+from pytest_satbench.core import arms as A
 from pytest_satbench.core.figures_json import aggregate_views, figure_key
 from pytest_satbench.core.redact import redact
 from pytest_satbench.core.results import BenchmarkResult, QuestionResult
@@ -234,32 +234,11 @@ class PredictionsWriter:
 
 
 def codec_info(arms: list[str], identities: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Spec and, for checkpoint-based codecs, the checkpoint's sha256: as the run recorded it
-    (the codec's identity), else hashed now if the file is on this machine."""
-    out = []
-    for arm in arms:
-        if arm in ("orig", "blind"):
-            continue
-        entry: dict[str, Any] = {"arm": arm, "codec": arm.split(":", 1)[0]}
-        params = dict(p.partition("=")[::2] for p in arm.partition(":")[2].split(",") if "=" in p)
-        ckpt = params.get("ckpt")
-        if ckpt:
-            entry["checkpoint"] = ckpt
-            entry["checkpoint_sha256"] = (identities or {}).get(arm) or _sha256(ckpt)
-        out.append(entry)
-    return out
-
-
-@lru_cache(maxsize=16)  # one checkpoint serves every arm and benchmark of a run
-def _sha256(path: str) -> str | None:
-    try:
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        return h.hexdigest()
-    except OSError:
-        return None  # the checkpoint is not on this machine: the report cannot vouch for it
+    """What each reconstruction arm's codec says of it (`codecs.describe_arm`): the spec, the
+    codec's name and, for checkpoint-based codecs, the checkpoint and its sha256 as the run
+    recorded it (the codec's identity, hashed once when the run started; None when the run
+    recorded none: the report hashes nothing)."""
+    return [describe_arm(arm, (identities or {}).get(arm, "")) for arm in arms if arm not in (A.ORIG, A.BLIND)]
 
 
 def protocol_dict(data: BenchmarkResult) -> dict[str, Any]:
@@ -267,7 +246,9 @@ def protocol_dict(data: BenchmarkResult) -> dict[str, Any]:
     p["run_id"] = data.run_id
     p["benchmark"] = data.benchmark
     p["dataset_sha256"] = (p.get("datasets") or {}).get(data.benchmark, {})
-    p["codecs"] = codec_info(list(p.get("arms") or data.stats.arms), p.get("codec_identity"))
+    arms = list(p.get("arms") or data.stats.arms)
+    p["codecs"] = codec_info(arms, p.get("codec_identity"))
+    p["arm_labels"] = {a: arm_label(a) for a in arms if A.is_recon(a)}  # as every table labels them
     p["models_returned"] = data.usage.total.models
     p["box_grid_effective"] = data.score_options.box_grid
     p["iou_effective"] = data.score_options.iou

@@ -1,30 +1,30 @@
 """The regressed-questions gallery: original and reconstruction side by side, as thumbnails.
 
 Reconstructions are not kept by a run (only their sha256 is), so they are made again:
-cheap codecs (jpeg, resize, identity) are simply rerun through the same `ImagePipeline`
-the plugin uses; expensive ones (One-D-Piece, torch) are looked up in the plugin's disk
-cache of reconstructions by the sha256 of the bytes that were sent. What cannot be found
-is said so instead of being faked.
+cheap codecs are simply rerun through the same `ImagePipeline` the plugin uses; expensive
+ones (those whose codec caches its reconstructions on disk, `codecs.disk_cacheable`: One-D-Piece,
+torch) are looked up in the plugin's disk cache of reconstructions by the sha256 of the bytes
+that were sent (`engine.diskcache.PayloadLookup`). What cannot be found is said so instead of
+being faked.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from PIL import Image
 
+from pytest_satbench.codecs import build_codecs, disk_cacheable, normalise_spec
 from pytest_satbench.core.arms import ORIG
-from pytest_satbench.engine.images import ImagePipeline
 from pytest_satbench.core.results import QuestionResult
+from pytest_satbench.engine.diskcache import PayloadLookup
+from pytest_satbench.engine.images import ImagePipeline
 
 MAX_GALLERY = 24
 THUMB = 320  # longest side, pixels
-_CHEAP = ("identity", "jpeg", "resize")
-_DISK_MAGIC = b"SATBC1\n"  # diskcache.py's entry header: MAGIC | sha256(payload) | payload
 
 
 @dataclass(slots=True)
@@ -87,48 +87,21 @@ class _Recon:
     """Reconstructions by (image path, arm), made or found once per report."""
 
     def __init__(self, recon_cache: Path | None) -> None:
-        self.recon_cache = recon_cache
         self._pipes: dict[str, ImagePipeline | None] = {}
-        self._disk_index: dict[str, Path] | None = None
+        self._disk = PayloadLookup(recon_cache)
 
     def pipeline(self, arm: str) -> ImagePipeline | None:
+        """A pipeline that makes the arm again; None for a codec whose reconstructions are
+        looked up in the disk cache instead (an expensive one)."""
         if arm not in self._pipes:
             pipe = None
-            if arm.split(":", 1)[0] in _CHEAP:
-                from pytest_satbench.codecs.base import build_codecs, normalise_spec
-
+            if not disk_cacheable(arm):
                 pipe = ImagePipeline(build_codecs([normalise_spec(arm)]), workers=1)
             self._pipes[arm] = pipe
         return self._pipes[arm]
 
     def from_disk(self, sha256: str) -> bytes | None:
-        if self.recon_cache is None or not self.recon_cache.is_dir():
-            return None
-        if self._disk_index is None:
-            # One pass over the entry headers (39 bytes each); the payload hash in the header
-            # is the sha256 of the bytes that were sent, which every answer row records.
-            self._disk_index = {}
-            for sub in self.recon_cache.iterdir():
-                if not sub.is_dir():
-                    continue
-                for f in sub.iterdir():
-                    if f.name.endswith(".tmp"):
-                        continue
-                    try:
-                        with open(f, "rb") as fh:
-                            head = fh.read(len(_DISK_MAGIC) + 32)
-                    except OSError:
-                        continue
-                    if head.startswith(_DISK_MAGIC) and len(head) == len(_DISK_MAGIC) + 32:
-                        self._disk_index[head[len(_DISK_MAGIC):].hex()] = f
-        path = self._disk_index.get(sha256)
-        if path is None:
-            return None
-        try:
-            payload = path.read_bytes()[len(_DISK_MAGIC) + 32:]
-        except OSError:
-            return None
-        return payload if hashlib.sha256(payload).hexdigest() == sha256 else None
+        return self._disk.get(sha256)
 
     def close(self) -> None:
         for pipe in self._pipes.values():

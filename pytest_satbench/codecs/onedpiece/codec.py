@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ from pytest_satbench.codecs.base import (
     Params,
     SpecError,
     expect_int,
+    parse_spec,
     register_codec,
     reject_unknown,
 )
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from pytest_satbench.codecs.onedpiece.checkpoint import LoadedCheckpoint
     from pytest_satbench.codecs.onedpiece.engine import Reconstructor
 
+NAME = "onedpiece"
 ENV_CKPT = "SATBENCH_ONEDPIECE_CKPT"
 _KEYS = {"ckpt", "variant", "nlatent", "max_tiles", "dtype", "device", "batch"}
 _DEVICE_RX = re.compile(r"^(cpu|cuda(:\d+)?|mps|xpu(:\d+)?)$")
@@ -213,6 +215,53 @@ class OneDPieceCodec(Codec):
         self.engine.close()
 
 
+def label(spec: ArmSpec) -> str:
+    """`tok48`: the token budget is what tells the arms of a budget sweep apart (the
+    checkpoint path is long and the same for every budget)."""
+    return f"tok{spec.param('nlatent')}"
+
+
+_IDENTITY = re.compile(r"ckpt-sha256=([0-9a-f]{64})")
+
+
+def describe(spec: ArmSpec, identity: str) -> dict[str, object]:
+    """The checkpoint and its sha256 as the run recorded it (`OneDPieceCodec.identity`,
+    hashed once when the run started); None when the run recorded none."""
+    m = _IDENTITY.search(identity)
+    return {"checkpoint": spec.param("ckpt"), "checkpoint_sha256": m.group(1) if m else None}
+
+
+def shorthands(raw: list[str], given: Mapping[str, str]) -> list[str]:
+    """The seed's shorthands: --nlatent 16,32 --max-tiles 12 --recon-device cuda:0 (keys
+    `nlatent`, `max_tiles`, `device`).
+
+    They apply to the onedpiece arms given with --recon; with none given, they create them
+    from the checkpoint in $SATBENCH_ONEDPIECE_CKPT.
+    """
+    budgets = [b.strip() for b in (given.get("nlatent") or "").split(",") if b.strip()]
+    max_tiles, device = given.get("max_tiles"), given.get("device")
+    base = [r for r in raw if parse_spec(r)[0] == NAME]
+    out = [r for r in raw if r not in base]
+    if not base:
+        if not os.environ.get(ENV_CKPT):
+            raise SpecError(
+                "--nlatent/--max-tiles/--recon-device need a One-D-Piece checkpoint: pass "
+                f"--recon {NAME}:ckpt=PATH or set {ENV_CKPT}"
+            )
+        base = [NAME]
+    for spec in base:
+        params = parse_spec(spec)[1]
+        if max_tiles:
+            params["max_tiles"] = max_tiles
+        if device:
+            params["device"] = device
+        for budget in budgets or [params.get("nlatent")]:
+            if budget:
+                params["nlatent"] = budget
+            out.append(f"{NAME}:" + ",".join(f"{k}={v}" for k, v in params.items()))
+    return out
+
+
 def build(specs: Sequence[ArmSpec]) -> list[Codec]:
     # Budgets of one checkpoint share a codec (one encoder pass) unless they were asked to
     # run in different places: each spec's device/batch is honoured as given.
@@ -230,10 +279,15 @@ def build(specs: Sequence[ArmSpec]) -> list[Codec]:
 
 register_codec(
     CodecFactory(
-        "onedpiece",
+        NAME,
         normalise,
         build,
         "onedpiece:ckpt=PATH[,variant=S|B|L][,nlatent=48][,max_tiles=12][,dtype=fp32|bf16]"
         "[,device=cuda:0][,batch=N]: One-D-Piece, first nlatent of 256 tokens per 256-px crop",
+        label=label,
+        describe=describe,
+        disk_cacheable=OneDPieceCodec.disk_cacheable,
+        shorthand_keys=frozenset({"nlatent", "max_tiles", "device"}),
+        shorthands=shorthands,
     )
 )
