@@ -372,8 +372,9 @@ class StoppingRule:
     whether the run may stop.
 
     Feed it every image as it completes (all arms of that image): ``add(questions,
-    {arm: correct_count, ...})``, with the reference arm (``orig``) and every arm in
-    ``arms``. It keeps a `SequentialEstimate` of each arm's accuracy (`accuracy`) and of
+    {arm: correct_count, ...}, image=name, position=k)``, with the reference arm (``orig``)
+    and every arm in ``recon_arms`` and ``other_arms``; ``position`` is the image's place in
+    the random order, and images enter the sequences in that order (see `add`). It keeps a `SequentialEstimate` of each arm's accuracy (`accuracy`) and of
     each reconstruction arm's paired delta, recon minus reference (`delta`).
 
     - precision P: met once every reconstruction arm's delta sequence is at most P points
@@ -437,6 +438,10 @@ class StoppingRule:
         self.stopped = False
         self.reason: str | None = None
         self.stopped_at: int | None = None  # images asked when the rule was met
+        self._names: set[str] = set()
+        self._positioned: bool | None = None
+        self._pending: dict[int, tuple[int, dict[str, float], str | None]] = {}
+        self._next = 0  # the next position to enter the sequences
 
     # -- feeding
 
@@ -448,9 +453,29 @@ class StoppingRule:
     def questions(self) -> int:
         return self.accuracy[self.reference].questions
 
-    def add(self, questions: int, correct: Mapping[str, float], image: str | None = None) -> None:
+    @property
+    def pending(self) -> int:
+        """Images received out of order, waiting for an earlier position (see `add`)."""
+        return len(self._pending)
+
+    def add(
+        self,
+        questions: int,
+        correct: Mapping[str, float],
+        image: str | None = None,
+        position: int | None = None,
+    ) -> int:
         """One completed image: its question count and each arm's number of correct
-        answers on it (errors count as wrong, as everywhere)."""
+        answers on it (errors count as wrong, as everywhere). Returns how many images this
+        call put into the sequences.
+
+        ``position``: the image's place (0-based) in the run's random order. Images must
+        enter the sequences in that order, not in the order they complete: with concurrent
+        requests, which images finish first can depend on their answers (long answers,
+        retries, slow servers for hard scenes), and an order that depends on the data voids
+        the guarantee. With positions, an image that completes before an earlier one waits
+        (`pending`) until every earlier position has arrived. Without, the caller feeds
+        them in order. One rule uses one way or the other."""
         # validate everything before changing anything
         if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
             raise ValueError(f"an image needs an int number of questions >= 1, got {questions!r}")
@@ -461,11 +486,35 @@ class StoppingRule:
             c = correct[a]
             if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= questions:
                 raise ValueError(f"arm {a!r}: {c!r} correct is not in [0, {questions}]")
-        ref = correct[self.reference]
-        if self.images >= self.n_images_total:
-            raise ValueError(f"all {self.n_images_total} images were already added")
-        if image is not None and image in self.accuracy[self.reference]._seen:
+        if image is not None and image in self._names:
             raise ValueError(f"image {image!r} was already added: images are sampled without replacement")
+        positioned = position is not None
+        if self._positioned is not None and positioned != self._positioned:
+            raise ValueError("add every image of a rule with a position, or none")
+        if positioned:
+            if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < self.n_images_total:
+                raise ValueError(f"position must be an int in [0, {self.n_images_total}), got {position!r}")
+            if position < self._next or position in self._pending:
+                raise ValueError(f"position {position} was already added")
+        elif self.images >= self.n_images_total:
+            raise ValueError(f"all {self.n_images_total} images were already added")
+        self._positioned = positioned
+        if image is not None:
+            self._names.add(image)
+        item = (questions, {a: correct[a] for a in self.accuracy}, image)
+        if not positioned:
+            self._enter(*item)
+            return 1
+        self._pending[position] = item
+        entered = 0
+        while self._next in self._pending:
+            self._enter(*self._pending.pop(self._next))
+            self._next += 1
+            entered += 1
+        return entered
+
+    def _enter(self, questions: int, correct: Mapping[str, float], image: str | None) -> None:
+        ref = correct[self.reference]
         for a, est in self.accuracy.items():
             est.add(correct[a], questions, image)
         for a, est in self.delta.items():

@@ -317,3 +317,40 @@ def test_import_is_light():
     code = "import sys, pytest_satbench.core.sequential; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_images_enter_in_the_random_order_not_the_order_they_complete():
+    orig, recon, q = benchmark(200, 50, seed=6)
+    perm = random_orders(200, orders=1, seed=7)[0]
+    in_order = StoppingRule(200, ["jpeg"], precision=0.5)
+    for i in perm:
+        in_order.add(50, {"orig": int(orig[i]), "jpeg": int(recon[i])}, image=str(i))
+    # the same images completing out of order (here: in blocks of 8, reversed in each block)
+    rule = StoppingRule(200, ["jpeg"], precision=0.5)
+    completion = np.concatenate([np.arange(k, min(k + 8, 200))[::-1] for k in range(0, 200, 8)])
+    entered = 0
+    for pos in completion:
+        i = perm[pos]
+        entered += rule.add(50, {"orig": int(orig[i]), "jpeg": int(recon[i])}, image=str(i), position=int(pos))
+        # a block enters when its first position (completing last) arrives
+        assert rule.images == entered == (pos // 8 + (pos % 8 == 0)) * 8
+    assert rule.images == 200 and rule.pending == 0
+    assert rule.to_dict()["arms"] == in_order.to_dict()["arms"]
+    with pytest.raises(ValueError, match="position 3 was already added"):
+        rule.add(1, {"orig": 0, "jpeg": 0}, position=3)
+
+
+def test_positions_are_checked():
+    rule = StoppingRule(5, ["r"], precision=1.0)
+    assert rule.add(2, {"orig": 1, "r": 1}, image="b", position=1) == 0
+    assert rule.images == 0 and rule.pending == 1
+    with pytest.raises(ValueError, match="position 1 was already added"):
+        rule.add(2, {"orig": 1, "r": 1}, position=1)
+    with pytest.raises(ValueError, match="'b' was already added"):
+        rule.add(2, {"orig": 1, "r": 1}, image="b", position=2)
+    with pytest.raises(ValueError, match=r"position must be an int in \[0, 5\)"):
+        rule.add(2, {"orig": 1, "r": 1}, position=5)
+    with pytest.raises(ValueError, match="with a position, or none"):
+        rule.add(2, {"orig": 1, "r": 1})
+    assert rule.add(2, {"orig": 2, "r": 0}, image="a", position=0) == 2
+    assert (rule.images, rule.questions, rule.pending) == (2, 4, 0)
