@@ -61,8 +61,8 @@ from pytest_satbench.core.stats import (
 )
 
 __all__ = [
-    "ARM_A", "ARM_B", "Comparison", "ComparisonRow", "Pairing", "SideAnswer", "compare", "figure_credits",
-    "holm", "pair",
+    "ARM_A", "ARM_B", "ClusterVariance", "Comparison", "ComparisonRow", "Pairing", "SideAnswer", "cluster_variance",
+    "compare", "figure_credits", "holm", "images_for_detect", "images_for_width", "interval_width", "pair",
 ]
 
 ARM_A, ARM_B = "A", "B"  # the two sides as arms of the paired records (A is the reference)
@@ -303,3 +303,89 @@ def _replace_holm(r: ComparisonRow, p: float | None) -> ComparisonRow:
     from dataclasses import replace
 
     return replace(r, holm_p=p)
+
+
+# --------------------------------------------------------------------------- planning
+
+@dataclass(frozen=True, slots=True)
+class ClusterVariance:
+    """A paired delta (or an accuracy) over questions clustered by image, and how precise it is.
+
+    The figure is a ratio estimator, sum of per-question values over the questions (each image
+    contributing its sum D_j over m_j questions). Its linearised, cluster-robust variance is
+    ``J / (J - 1) * sum_j (D_j - mean * m_j)^2 / (sum_j m_j)^2`` (the sandwich variance of a
+    ratio over clusters; Cameron & Miller 2015, "A practitioner's guide to cluster-robust
+    inference", J. Human Resources 50:317-372), which the clustered bootstrap estimates by
+    resampling. Written as ``per_image_variance / J`` with ``per_image_variance =
+    s^2 / mbar^2`` (s^2 the sample variance of D_j - mean * m_j, mbar the mean questions per
+    image), it says how many images a wanted precision needs when the new images are like the
+    pilot's (the same questions per image): ``SE(J) = sqrt(per_image_variance / J)``."""
+
+    mean: float  # fraction (a delta: -1..1)
+    images: int
+    questions: int
+    per_image_variance: float  # fraction^2; NaN with fewer than two images
+
+    @property
+    def questions_per_image(self) -> float:
+        return self.questions / self.images if self.images else math.nan
+
+    def se(self, images: float | None = None) -> float:
+        """Standard error (fraction) with `images` images like these (default: as many as now)."""
+        j = self.images if images is None else images
+        return math.sqrt(self.per_image_variance / j) if j and not math.isnan(self.per_image_variance) else math.nan
+
+
+def cluster_variance(clusters: Sequence[str], values: Sequence[float]) -> ClusterVariance:
+    """The mean of `values` (one per question) and its per-image variance (`ClusterVariance`)."""
+    if len(clusters) != len(values):
+        raise ValueError(f"{len(clusters)} cluster ids but {len(values)} values")
+    sums: dict[str, list[float]] = {}
+    for c, v in zip(clusters, values, strict=True):
+        s = sums.setdefault(c, [0.0, 0.0])
+        s[0] += float(v)
+        s[1] += 1.0
+    j, n = len(sums), len(values)
+    if n == 0:
+        return ClusterVariance(math.nan, 0, 0, math.nan)
+    mean = math.fsum(float(v) for v in values) / n
+    if j < 2:
+        return ClusterVariance(mean, j, n, math.nan)
+    mbar = n / j
+    resid = [d - mean * m for d, m in sums.values()]
+    s2 = math.fsum(e * e for e in resid) / (j - 1)
+    return ClusterVariance(mean, j, n, s2 / (mbar * mbar))
+
+
+def _z(p: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(p)
+
+
+def images_for_width(cv: ClusterVariance, width_pp: float, level: float = 0.95) -> int | None:
+    """Images (like the pilot's) for a `level` interval `width_pp` points wide (its full width,
+    high minus low): J = (2 z sigma / W)^2. None when the variance is undefined."""
+    if width_pp <= 0:
+        raise ValueError(f"width must be positive, got {width_pp}")
+    if math.isnan(cv.per_image_variance):
+        return None
+    sigma = 100.0 * math.sqrt(cv.per_image_variance)
+    return max(2, math.ceil((2 * _z(0.5 + level / 2) * sigma / width_pp) ** 2))
+
+
+def images_for_detect(cv: ClusterVariance, delta_pp: float, power: float = 0.8, level: float = 0.95) -> int | None:
+    """Images (like the pilot's) to detect a true delta of `delta_pp` points with `power` in a
+    two-sided test at 1 - `level`: J = ((z_(1-alpha/2) + z_power) sigma / D)^2 (the normal
+    approximation with the clustered variance). None when the variance is undefined."""
+    if delta_pp == 0:
+        raise ValueError("the delta to detect must not be 0")
+    if math.isnan(cv.per_image_variance):
+        return None
+    sigma = 100.0 * math.sqrt(cv.per_image_variance)
+    return max(2, math.ceil(((_z(0.5 + level / 2) + _z(power)) * sigma / abs(delta_pp)) ** 2))
+
+
+def interval_width(cv: ClusterVariance, images: float | None = None, level: float = 0.95) -> float:
+    """The full width (points) of a `level` interval with `images` images like these."""
+    return 2 * _z(0.5 + level / 2) * 100.0 * cv.se(images)

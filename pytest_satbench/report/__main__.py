@@ -4,6 +4,7 @@
     python -m pytest_satbench.report --compare A B [--benchmark NAME] [--allow-different-data]
     python -m pytest_satbench.report --why KEY [--benchmark NAME]
     python -m pytest_satbench.report --reasons [--run RUN_ID | --tag TAG]
+    python -m pytest_satbench.report --plan TAG [--width W] [--detect D]
 
 Exit codes: 0 written/listed/compared, 2 bad usage, missing store or run, a comparison that
 cannot be made, 1 nothing to report.
@@ -66,7 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reasons", action="store_true",
                     help="per run (--run, --tag, default every run): the answers it asked anew, by reason (new "
                          "question, model changed, prompt changed, image bytes changed, --fresh, ...)")
+    ap.add_argument("--plan", metavar="TAG",
+                    help="from a pilot tag's stored answers: the per-image variance of each arm's paired delta and the "
+                         "images, questions and time --width W or --detect D needs")
+    ap.add_argument("--width", type=float, metavar="W", help="with --plan: a 95%% interval W points wide")
+    ap.add_argument("--detect", type=float, metavar="D",
+                    help="with --plan: 80%% power to detect a delta of D points (two-sided, 5%%)")
     args = ap.parse_args(argv)
+    if args.plan is not None and not (args.width or args.detect):
+        ap.error("--plan needs --width W and/or --detect D")
+    if (args.width is not None and args.width <= 0) or args.detect == 0:
+        ap.error("--width must be positive and --detect non-zero")
 
     if not args.store.is_file():
         return _fail(f"no results store at {args.store}; run pytest with --servers first, or pass --store PATH")
@@ -88,6 +99,18 @@ def main(argv: list[str] | None = None) -> int:
                 where = f" of {args.benchmark}" if args.benchmark else ""
                 return _fail(f"no stored answer of question {args.why!r}{where} in {args.store}", 1)
             print("\n".join(lines))
+            return 0
+        if args.plan is not None:
+            from pytest_satbench.report.compare import CompareError
+            from pytest_satbench.report.plan import plan, plan_lines
+
+            try:
+                plans = plan(store, args.plan, width=args.width, detect=args.detect)
+            except CompareError as exc:
+                return _fail(str(exc))
+            if not plans:
+                return _fail(f"tag {args.plan!r} has no recorded questions; nothing to plan from", 1)
+            print("\n".join(plan_lines(plans)))
             return 0
         if args.reasons:
             from pytest_satbench.report.why import reasons_lines
