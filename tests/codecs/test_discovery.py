@@ -201,3 +201,57 @@ def test_a_parameter_the_pixels_depend_on_is_never_a_silent_default(spec: str, m
     with pytest.raises(SpecError) as ei:
         normalise_spec(spec)
     assert str(ei.value) == message
+
+
+# ---------------------------------------------------------------------- what a codec says of itself
+
+def test_a_codec_labels_its_arms_as_the_tables_always_did() -> None:
+    from pytest_satbench.core import arms as A
+
+    labels = {
+        "jpeg:quality=10": "jpeg:q10",
+        "resize:factor=0.5": "rsz:0.5",
+        "identity": "identity",
+        "onedpiece:ckpt=/w/s.bin,dtype=fp32,max_tiles=12,nlatent=48,variant=S": "tok48",
+        "nosuch:level=3": "nosuch:level=3",  # a codec not installed here: its spec
+    }
+    assert {arm: base.arm_label(arm) for arm in labels} == labels
+    # core asks the codecs (the labeller `pytest_satbench.codecs` installs), never a spec
+    assert {arm: A.short_label(arm) for arm in labels} == labels
+    assert [A.short_label(a) for a in ("orig", "blind", "orig~2", "judge:jpeg:quality=10")] == [
+        "orig", "blind", "orig~2", "judge:jpeg:q10"]
+    assert A.arm_labels(["orig", "jpeg:quality=10", "jpeg:quality=30"]) == (
+        {"orig": "orig", "jpeg:quality=10": "jpeg:q10", "jpeg:quality=30": "jpeg:q30"}, [])
+
+
+def test_a_codec_describes_its_arm_from_the_recorded_identity_without_hashing(tmp_path: Path) -> None:
+    ckpt = tmp_path / "s.bin"
+    ckpt.write_bytes(b"weights")  # on this machine, yet never hashed by a description
+    arm = f"onedpiece:ckpt={ckpt},dtype=fp32,max_tiles=12,nlatent=48,variant=S"
+    digest = "ab" * 32
+    assert base.describe_arm(arm, f"ckpt-sha256={digest};impl=2") == {
+        "arm": arm, "codec": "onedpiece", "checkpoint": str(ckpt), "checkpoint_sha256": digest}
+    assert base.describe_arm(arm) == {"arm": arm, "codec": "onedpiece", "checkpoint": str(ckpt),
+                                      "checkpoint_sha256": None}
+    assert base.describe_arm("jpeg:quality=10") == {"arm": "jpeg:quality=10", "codec": "jpeg"}
+
+
+def test_whether_a_codec_is_cached_on_disk_is_the_codecs_answer() -> None:
+    assert not any(base.disk_cacheable(a) for a in ("identity", "jpeg:quality=10", "resize:factor=0.5"))
+    assert base.disk_cacheable("onedpiece:ckpt=/w/s.bin,nlatent=48")
+    assert base.disk_cacheable("nosuch:level=3")  # not installed: it can only be looked up
+
+
+def test_shorthands_are_applied_by_the_codec_that_takes_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = ["onedpiece:ckpt=/w/s.bin", "jpeg:quality=10"]
+    assert base.expand_shorthands(raw, {"nlatent": None, "max_tiles": None, "device": None}) == raw
+    assert base.expand_shorthands(raw, {"nlatent": "16,64", "max_tiles": "6", "device": "cuda:7"}) == [
+        "jpeg:quality=10",
+        "onedpiece:ckpt=/w/s.bin,max_tiles=6,device=cuda:7,nlatent=16",
+        "onedpiece:ckpt=/w/s.bin,max_tiles=6,device=cuda:7,nlatent=64",
+    ]
+    monkeypatch.delenv("SATBENCH_ONEDPIECE_CKPT", raising=False)
+    with pytest.raises(SpecError, match="need a One-D-Piece checkpoint"):
+        base.expand_shorthands([], {"nlatent": "16"})
+    with pytest.raises(SpecError, match="no installed codec takes the shorthand 'colour'"):
+        base.expand_shorthands(raw, {"colour": "red"})
