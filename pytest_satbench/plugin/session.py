@@ -36,6 +36,7 @@ from pytest_satbench.plugin.items import (
 from pytest_satbench.plugin.options import Settings
 from pytest_satbench.plugin.outcomes import ERROR, REGRESSED, classify, failure_message, regression_message, teststatus
 from pytest_satbench.plugin.protocol import run_question_item
+from pytest_satbench.plugin.signals import STOP_LINES, StopSignals
 
 if TYPE_CHECKING:
     from pytest_satbench.core.gates import GateResult
@@ -513,8 +514,6 @@ class SatbenchSession:
         # run only against servers, so a run without them (your own tests) never loads it
         self._compat: Any = None
         if self.settings.servers or self.settings.builtin_server:
-            from pytest_satbench.plugin.signals import StopSignals
-
             self._signals = StopSignals(config)  # SIGTERM stops the run as Ctrl-C does
             self._signals.install()
             from pytest_satbench.plugin import compat
@@ -709,7 +708,7 @@ class SatbenchSession:
         if reporter is not None and getattr(reporter, "_keyboardinterrupt_memo", None) is not None:
             # pytest prints this memo's message as one "!!! ... !!!" line, then (for a message
             # naming KeyboardInterrupt) the frame of whichever thread wait the signal landed in
-            line = self._signals.line() if self._signals is not None else INTERRUPTED_LINE
+            line = self._signals.line() if self._signals is not None else STOP_LINES["SIGINT"]
             reporter._keyboardinterrupt_memo = _OneLine(line)
 
     # ------------------------------------------------------------------ xdist
@@ -727,9 +726,6 @@ class SatbenchSession:
                 self._signals.restore()
             if self._builtin is not None:
                 self._builtin.close()
-
-
-INTERRUPTED_LINE = "satbench: interrupted; every answer received so far is stored: rerun the same command to resume"
 
 
 class _OneLine:
