@@ -5,6 +5,7 @@
     python -m pytest_satbench.report --why KEY [--benchmark NAME]
     python -m pytest_satbench.report --reasons [--run RUN_ID | --tag TAG]
     python -m pytest_satbench.report --plan TAG [--width W] [--detect D]
+    python -m pytest_satbench.report --curve [TAG] [--margin M]
 
 Exit codes: 0 written/listed/compared, 2 bad usage, missing store or run, a comparison that
 cannot be made, 1 nothing to report.
@@ -73,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=float, metavar="W", help="with --plan: a 95%% interval W points wide")
     ap.add_argument("--detect", type=float, metavar="D",
                     help="with --plan: 80%% power to detect a delta of D points (two-sided, 5%%)")
+    ap.add_argument("--curve", nargs="?", const="", metavar="TAG",
+                    help="the budget curve of a sweep (arms of one codec at several nlatent budgets) of TAG (default: "
+                         "the newest run's tag): accuracy and paired delta per budget, the smallest within --margin")
+    ap.add_argument("--margin", type=float, default=1.0,
+                    help="with --curve: a budget is within the margin when its delta interval lies above -M points "
+                         "(default: 1.0)")
     args = ap.parse_args(argv)
     if args.plan is not None and not (args.width or args.detect):
         ap.error("--plan needs --width W and/or --detect D")
@@ -112,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                 return _fail(f"tag {args.plan!r} has no recorded questions; nothing to plan from", 1)
             print("\n".join(plan_lines(plans)))
             return 0
+        if args.curve is not None:
+            return _curve(store, args)
         if args.reasons:
             from pytest_satbench.report.why import reasons_lines
 
@@ -167,6 +176,28 @@ def _compare(store: object, args: argparse.Namespace) -> int:
     for rep in reports:
         print("\n".join(terminal_lines(rep)))
         print(f"satbench: comparison written to {write_comparison(rep, args.out)}")
+    return 0
+
+
+def _curve(store: object, args: argparse.Namespace) -> int:
+    from pytest_satbench.report.budget import budget_lines, write_curve
+    from pytest_satbench.report.build import collect
+
+    runs = store.runs()  # type: ignore[attr-defined]
+    tag = args.curve or (str(runs[0]["tag"]) if runs else None)
+    mine = [r for r in runs if r["tag"] == tag]
+    if not mine:
+        return _fail(f"no run with tag {tag!r} in {args.store}; see --list")
+    wrote = False
+    for res in collect(store, str(mine[0]["run_id"]), iterations=args.iterations):  # type: ignore[arg-type]
+        folder = write_curve(res, args.out, args.margin)
+        if folder is None:
+            continue
+        print("\n".join(budget_lines(res, args.margin)))
+        print(f"satbench: budget curve written to {folder}")
+        wrote = True
+    if not wrote:
+        return _fail(f"tag {tag!r} has no budget sweep (two or more arms of one codec that differ only in nlatent)", 1)
     return 0
 
 
