@@ -11,6 +11,7 @@ from pytest_satbench.codecs.base import (
     CodecFactory,
     SpecError,
     arm_label,
+    budget_of,
     build_codecs,
     describe_arm,
     disk_cacheable,
@@ -20,7 +21,7 @@ from pytest_satbench.codecs.base import (
     register_codec,
 )
 
-__all__ = ["ArmSpec", "Codec", "CodecFactory", "SpecError", "arm_label", "build_codecs", "describe_arm",
+__all__ = ["ArmSpec", "Codec", "CodecFactory", "SpecError", "arm_label", "budget_of", "build_codecs", "describe_arm",
            "disk_cacheable", "expand_shorthands", "normalise_spec", "parse_spec", "register_codec"]
 
 from pytest_satbench.core.arms import use_labeller  # noqa: E402  (after the registry it names)

@@ -159,6 +159,9 @@ class CodecFactory:
     # every --recon text and the values of the keys that were given.
     shorthand_keys: frozenset[str] = frozenset()
     shorthands: Callable[[list[str], Mapping[str, str]], list[str]] | None = None
+    # Codecs swept over a budget (One-D-Piece's tokens per crop): an arm's family (what its
+    # spec says but the budget) and its budget; None for an arm outside any sweep.
+    budget: Callable[[ArmSpec], tuple[str, float] | None] | None = None
 
 
 _FACTORIES: dict[str, CodecFactory] = {}
@@ -317,6 +320,18 @@ def disk_cacheable(arm: str) -> bool:
     except SpecError:
         return True
     return factory is None or factory.disk_cacheable
+
+
+def budget_of(arm: str) -> tuple[str, float] | None:
+    """(the arm's family: its spec without the budget, its budget) for an arm of a codec swept
+    over a budget (`--nlatent 16,32,64`: one family, three budgets); None for any other arm."""
+    try:
+        spec, factory = _spec_of(arm)
+    except SpecError:
+        return None
+    if factory is None or factory.budget is None:
+        return None
+    return factory.budget(spec)
 
 
 def expand_shorthands(raw: Sequence[str], given: Mapping[str, str | None]) -> list[str]:

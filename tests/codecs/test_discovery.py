@@ -255,3 +255,9 @@ def test_shorthands_are_applied_by_the_codec_that_takes_them(monkeypatch: pytest
         base.expand_shorthands([], {"nlatent": "16"})
     with pytest.raises(SpecError, match="no installed codec takes the shorthand 'colour'"):
         base.expand_shorthands(raw, {"colour": "red"})
+
+
+def test_a_budget_sweep_is_the_codecs_to_say() -> None:
+    arm = "onedpiece:ckpt=/w/s.bin,dtype=fp32,max_tiles=12,nlatent=48,variant=S"
+    assert base.budget_of(arm) == ("onedpiece:ckpt=/w/s.bin,dtype=fp32,max_tiles=12,variant=S", 48.0)
+    assert [base.budget_of(a) for a in ("jpeg:quality=10", "orig", "nosuch:nlatent=4")] == [None, None, None]

@@ -221,6 +221,18 @@ def label(spec: ArmSpec) -> str:
     return f"tok{spec.param('nlatent')}"
 
 
+def budget(spec: ArmSpec) -> tuple[str, float] | None:
+    """(the spec without `nlatent`, nlatent): the arms of one checkpoint's budget sweep."""
+    nlatent = spec.param("nlatent")
+    if nlatent is None:
+        return None
+    try:
+        value = float(nlatent)
+    except ValueError:
+        return None
+    return ArmSpec(spec.codec, _group_key(spec)).canonical, value
+
+
 _IDENTITY = re.compile(r"ckpt-sha256=([0-9a-f]{64})")
 
 
@@ -289,5 +301,6 @@ register_codec(
         disk_cacheable=OneDPieceCodec.disk_cacheable,
         shorthand_keys=frozenset({"nlatent", "max_tiles", "device"}),
         shorthands=shorthands,
+        budget=budget,
     )
 )
