@@ -83,6 +83,8 @@ class SideAnswer:
     question: str = ""
     truth: str = ""
     answer: str = ""  # the raw reply, or the error for an error row
+    image_path: str | None = None  # the source image (None: embedded in the dataset)
+    sent_sha256: str | None = None  # of the bytes this side sent (a reconstruction is found by it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,7 +175,8 @@ def _compare(store: object, args: argparse.Namespace) -> int:
         return _fail(str(exc))
     for rep in reports:
         print("\n".join(terminal_lines(rep)))
-        print(f"satbench: comparison written to {write_comparison(rep, args.out)}")
+        recon_cache = Path(args.store).parent.parent / "satbench-recon"  # the plugin's, next to the store
+        print(f"satbench: comparison written to {write_comparison(rep, args.out, recon_cache=recon_cache)}")
     return 0
 
 

@@ -46,14 +46,17 @@ from pytest_satbench.report import html, markdown
 from pytest_satbench.report.build import collect, tag_runs
 from pytest_satbench.report.document import (
     Block,
+    Card,
     Cell,
     Code,
     Column,
     Document,
+    Gallery,
     Heading,
     Notice,
     Paragraph,
     Table,
+    Thumbnail,
     cell,
     rich,
 )
@@ -63,8 +66,10 @@ __all__ = [
     "run_comparison", "side_answer", "terminal_lines", "write_comparison",
 ]
 
-# discordant questions shown per type and direction in report.html (every one is in discordant.jsonl)
+# discordant questions shown per type and direction in report.html (every one is in discordant.jsonl), and
+# how many of them with the image each side sent (a thumbnail is ~20 kB of the page)
 BROWSER_CAP = 50
+THUMBS = 6
 ANSWER_CHARS = 300  # an answer as kept for the browser
 # protocol fields that say nothing about what an answer measures (or are shown per side)
 _BOOKKEEPING = ("run_id", "tag", "date", "command", "planned", "servers", "arms", "codec_identity", "datasets")
@@ -152,7 +157,7 @@ def side_answer(it: QuestionResult, arm: str) -> SideAnswer | None:
         answer = f"(no answer: {row.error or 'error'})"
     q = it.question
     return SideAnswer(q.key, q.image.id, it.types, outcome, dict(it.views.get(arm, {})), it.chance,
-                      q.text, q.answer, answer[:ANSWER_CHARS])
+                      q.text, q.answer, answer[:ANSWER_CHARS], q.image.path, row.image_sha256)
 
 
 # --------------------------------------------------------------------------- what differs
@@ -419,7 +424,7 @@ def _txt(h: str) -> Column:
     return Column(rich(h))
 
 
-def document(rep: ComparisonReport, *, browser_cap: int = BROWSER_CAP) -> Document:
+def document(rep: ComparisonReport, *, browser_cap: int = BROWSER_CAP, images: _Images | None = None) -> Document:
     c = rep.comparison
     doc = Document(f"{rep.benchmark}: {rep.b.label} vs {rep.a.label}")
     doc.add(
@@ -454,12 +459,13 @@ def document(rep: ComparisonReport, *, browser_cap: int = BROWSER_CAP) -> Docume
             F.p_value(r.mcnemar_p), F.p_value(r.holm_p))))
     doc.add(Table((_txt("group"), _num("pairs"), _num("images"), _num("A"), _num("B"), _num("delta"),
                    _txt("95% CI"), _num("b"), _num("c"), _num("McNemar p"), _num("p (Holm)")), tuple(rows)))
-    doc.add(*_browser(rep, browser_cap))
+    doc.add(*_browser(rep, browser_cap, images))
     return doc
 
 
-def _browser(rep: ComparisonReport, cap: int) -> list[Block]:
-    """The discordant questions per type and direction (at most `cap` each, in key order)."""
+def _browser(rep: ComparisonReport, cap: int, images: _Images | None = None) -> list[Block]:
+    """The discordant questions per type and direction (at most `cap` each, in key order);
+    with `images`, the first `THUMBS` of each as cards with the image each side sent (HTML)."""
     groups: dict[tuple[str, str], list[tuple[SideAnswer, SideAnswer]]] = {}
     for x, y in zip(rep.pairing.a, rep.pairing.b, strict=True):
         if x.outcome.correct == y.outcome.correct:
@@ -471,13 +477,20 @@ def _browser(rep: ComparisonReport, cap: int) -> list[Block]:
     if not groups:
         out.append(Paragraph(rich("No question is right on one side and wrong on the other.")))
         return out
+    index = "; ".join(f"{t}, {d}: {len(p)}" for (t, d), p in sorted(groups.items()))
     out.append(Paragraph(rich(
-        f"Per question type and direction, the first {cap} in question-key order; every one is in ",
-        Code("discordant.jsonl"), ".")))
+        f"Per question type and direction ({index}), the first {cap} in question-key order",
+        f", the first {THUMBS} with the image each side sent (in report.html)" if images is not None else "",
+        "; every one is in ", Code("discordant.jsonl"), ".")))
     for (t, direction), pairs in sorted(groups.items()):
         pairs.sort(key=lambda p: _key_order(p[0].key))
         shown = pairs[:cap]
         out.append(Heading(3, rich(f"{t}: {direction} ({len(pairs)})")))
+        if images is not None:
+            out.append(Gallery(tuple(
+                Card(x.key, ", ".join(x.types), x.question[:300], x.truth,
+                     (images.thumbnail("A", rep.a, x), images.thumbnail("B", rep.b, y)))
+                for x, y in shown[:THUMBS])))
         out.append(Table((_txt("key"), _txt("question"), _txt("truth"), _txt("A's answer"), _txt("B's answer")),
                          tuple((cell(Code(x.key)), cell(x.question[:160]), cell(x.truth[:80]), cell(x.answer[:160]),
                                 cell(y.answer[:160])) for x, y in shown)))
@@ -486,23 +499,81 @@ def _browser(rep: ComparisonReport, cap: int) -> list[Block]:
     return out
 
 
+class _Images:
+    """The image each side sent, as a thumbnail: the source file for `orig`; a cheap codec's
+    reconstruction made again; an expensive one's looked up in the reconstruction cache by the
+    sha256 of the bytes sent (as the report's gallery does). What cannot be had is said."""
+
+    def __init__(self, recon_cache: Path | None) -> None:
+        from pytest_satbench.engine.diskcache import PayloadLookup
+
+        self._disk = PayloadLookup(recon_cache)
+        self._pipes: dict[str, Any] = {}
+
+    def thumbnail(self, which: str, side: Side, s: SideAnswer) -> Thumbnail:
+        label = f"{which}: {side.label}"
+        b64, note = None, ""
+        try:
+            b64, note = self._image(side.arm, s)
+        except Exception as exc:  # noqa: BLE001  (a missing image must not cost the report)
+            note = f"image unavailable: {type(exc).__name__}: {exc}"[:200]
+        return Thumbnail(label, s.answer[:120], s.outcome.correct, b64, note)
+
+    def _image(self, arm: str, s: SideAnswer) -> tuple[str | None, str]:
+        from pytest_satbench.codecs import build_codecs, disk_cacheable, normalise_spec
+        from pytest_satbench.core.question import ImageRef
+        from pytest_satbench.engine.images import ImagePipeline
+        from pytest_satbench.report.gallery import thumbnail
+
+        if arm == A.BLIND:
+            return None, "no image (blind arm)"
+        if arm != A.ORIG and disk_cacheable(arm):
+            data = self._disk.get(s.sent_sha256) if s.sent_sha256 else None
+            if data is None:
+                return None, "reconstruction not kept (not in the reconstruction cache)"
+            return thumbnail(data), ""
+        if not s.image_path:
+            return None, "image embedded in the dataset; not kept by the run"
+        if arm == A.ORIG:
+            from PIL import Image
+
+            with Image.open(s.image_path) as im:
+                return thumbnail(im), ""
+        if arm not in self._pipes:
+            self._pipes[arm] = ImagePipeline(build_codecs([normalise_spec(arm)]), workers=1)
+        made = self._pipes[arm].prepare(ImageRef(s.image, path=s.image_path)).arms[arm]
+        note = "regenerated; not byte-identical to what was sent" if s.sent_sha256 and made.sha256 != s.sent_sha256 else ""
+        return thumbnail(made.jpeg), note
+
+    def close(self) -> None:
+        for pipe in self._pipes.values():
+            pipe.close()
+        self._pipes.clear()
+
+
 def _key_order(key: str) -> tuple[int, int, str]:
     """Numeric keys in numeric order, then the others in text order."""
     return (0, int(key), "") if key.isdigit() else (1, 0, key)
 
 
-def write_comparison(rep: ComparisonReport, out_root: Path, *, browser_cap: int = BROWSER_CAP) -> Path:
+def write_comparison(rep: ComparisonReport, out_root: Path, *, browser_cap: int = BROWSER_CAP,
+                     recon_cache: Path | None = None) -> Path:
     """reports/<benchmark>/compare/<A>-vs-<B>/: summary.json, per_type.csv, discordant.jsonl,
-    report.md, report.html. Returns the folder."""
+    report.md, report.html (with the images each side sent for the first discordant questions;
+    `recon_cache`: the plugin's reconstruction cache, for expensive codecs). Returns the folder."""
     folder = Path(out_root) / rep.benchmark / "compare" / f"{rep.a.folder}-vs-{rep.b.folder}"
     folder.mkdir(parents=True, exist_ok=True)
-    doc = document(rep, browser_cap=browser_cap)
+    images = _Images(recon_cache)
+    try:
+        with_images = document(rep, browser_cap=browser_cap, images=images)
+    finally:
+        images.close()
     files = {
         "summary.json": json.dumps(summary_dict(rep), indent=2, sort_keys=False) + "\n",
         "per_type.csv": per_type_csv(rep),
         "discordant.jsonl": "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in discordant(rep)),
-        "report.md": markdown.to_markdown(doc),
-        "report.html": html.to_html(doc),
+        "report.md": markdown.to_markdown(document(rep, browser_cap=browser_cap)),
+        "report.html": html.to_html(with_images),
     }
     for name, text in files.items():
         tmp = folder / f".{name}.tmp"

@@ -150,6 +150,10 @@ def test_two_tags_compare_with_hand_computed_counts_p_and_intervals(two_tags: Pa
     assert "Holm-adjusted over the" in md and "model: model-a -> model-b" in md
     html = (folder / "report.html").read_text()
     assert "Discordant questions" in html and "presence: A right, B wrong (4)" in html
+    # the browser's cards: each side's image as it was sent (orig: the source file), both answers
+    assert html.count('<img alt="A: a" src="data:image/jpeg;base64,') == 8
+    assert html.count('<img alt="B: b" src="data:image/jpeg;base64,') == 8
+    assert "<img" not in md and "| key | question | truth | A&#x27;s answer" not in md
     jl = [json.loads(x) for x in (folder / "discordant.jsonl").read_text().splitlines()]
     assert len(jl) == 8 and {d["direction"] for d in jl} == {"A right, B wrong", "A wrong, B right"}
 
