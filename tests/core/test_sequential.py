@@ -13,8 +13,8 @@ Coverage is checked over 1,000 random orders per benchmark, vectorised (all look
 orders at once). The nominal rate of orders whose sequence ever excludes the complete-run
 value is 5%; the tests allow 5% plus 1.4 points, two standard errors of a 5% rate over
 1,000 orders (simulation noise). Measured (these seeds, the defaults: min_images 50,
-n_opt 500): the delta's sequence excludes it in 2.6% of orders (200 images of 50
-questions) and 5.7% (2,226 of 100), the accuracy's in 2.5% and 5.0%; the ordinary clustered
+n_opt 500): the delta's sequence excludes it in 2.4% of orders (200 images of 50
+questions) and 5.4% (2,226 of 100), the accuracy's in 2.3% and 4.6%; the ordinary clustered
 interval looked at every 10 images excludes the delta in 18.5% and 38.5% (at one fixed look,
 a quarter of the way, in 3.4% and 2.2%).
 """
