@@ -26,6 +26,10 @@ def render(tr: Any, results: Sequence[BenchmarkResult], model: str | None, sent:
         tr.write_sep("=", f"satbench: {result.benchmark}")
         for line in text_summary.render(result):
             tr.write_line(line)
+        from pytest_satbench.report.budget import budget_lines  # an --nlatent sweep: a line per budget
+
+        for line in budget_lines(result):
+            tr.write_line(line)
     asked = sum(r.usage.asked for r in results)
     reused = sum(r.usage.reused for r in results)
     earlier = sum(r.usage.earlier for r in results)

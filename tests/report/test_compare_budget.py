@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pytest_satbench.core.records import AnswerRow
 from pytest_satbench.engine.store import ResultStore
 from pytest_satbench.report.__main__ import main as report_main
@@ -85,3 +87,39 @@ def test_a_sweep_of_three_budgets_gives_the_curve_and_the_margin_line(tmp_path: 
     assert "<svg" in (folder / "report.html").read_text()
     # a tag without a sweep says so
     assert report_main(["--store", str(path), "--curve", "nope"]) == 2
+
+
+BENCH_MODULE = """
+from pytest_satbench import benchmark_test
+test_demo = benchmark_test("demo")
+"""
+
+
+def test_a_sweep_run_prints_one_line_per_budget(pytester, tmp_path: Path, monkeypatch, capsys) -> None:
+    """A real run of the demo through a tiny random One-D-Piece checkpoint at two budgets: the
+    terminal summary has the curve's lines, the same as --curve prints from the store."""
+    pytest.importorskip("torch")
+    from pytest_satbench.codecs.onedpiece.checkpoint import save_random_checkpoint
+    from pytest_satbench.codecs.onedpiece.model import tiny_config
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    ckpt = save_random_checkpoint(tmp_path / "tiny.bin", tiny_config(), seed=0)
+    pytester.makepyfile(test_bench=BENCH_MODULE)
+    result = pytester.runpytest("-q", "--servers", "builtin", "--limit", "12", "--recon", f"onedpiece:ckpt={ckpt}",
+                                "--nlatent", "4,16", "--recon-device", "cpu", "-p", "no:randomly",
+                                "-W", "ignore::pytest.PytestAssertRewriteWarning")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "satbench budget curve demo (tag default): onedpiece:*; delta vs orig in points, 95% CI clustered by image; "
+        "margin 1",
+        "  orig        accuracy *",
+        "  tok4 * tok  accuracy * delta *",
+        "  tok16 * tok  accuracy * delta *",
+        "  overall: *",
+    ])
+    printed = [x for x in result.outlines if x.startswith(("  tok4 ", "  tok16 "))]
+    assert len(printed) == 2
+    store = pytester.path / ".pytest_cache" / "d" / "satbench" / "results.sqlite"
+    capsys.readouterr()
+    assert report_main(["--store", str(store), "--curve", "--out", str(tmp_path / "r")]) == 0
+    assert [x for x in capsys.readouterr().out.splitlines() if x.startswith(("  tok4 ", "  tok16 "))] == printed
