@@ -1,7 +1,8 @@
 """How a model's reply is turned into a verdict: answer extraction and scoring.
 
-Every rule the benchmarks are scored by lives in this module, so that a number in a report
-can be traced to one readable place. Pure functions, no I/O.
+Every rule the benchmarks share lives in this module, so that a number in a report can be
+traced to one readable place; a rule of one benchmark only is a view that benchmark declares in
+its own module (`View`, `apply_views`). Pure functions, no I/O.
 
 1. The final answer (`final_answer`)
 ------------------------------------
