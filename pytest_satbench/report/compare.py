@@ -273,7 +273,8 @@ def run_comparison(store: ResultStore, spec_a: str, spec_b: str, *, benchmark: s
                    allow_different_data: bool = False, iterations: int = 1000, seed: int = 0) -> list[ComparisonReport]:
     """The comparison of A and B per benchmark both have (or `benchmark`). Raises CompareError
     (one line) for an unknown tag or arm, no benchmark in common, data that differs without
-    `allow_different_data`, or no question in common."""
+    `allow_different_data`, a question key twice in one side, or no question in common in any
+    benchmark (a benchmark without one is left out when others have some)."""
     runs = store.runs()
     a = resolve_side(store, spec_a, runs)
     b = resolve_side(store, spec_b, runs)
@@ -305,11 +306,16 @@ def run_comparison(store: ResultStore, spec_a: str, spec_b: str, *, benchmark: s
         got_a = _collect(store, a.run_id, [a.arm], common)
         got_b = _collect(store, b.run_id, [b.arm], common)
     out = []
+    empty = []
     for bench in sorted(common):
-        pairing = pair(got_a.answers.get((bench, a.arm), []), got_b.answers.get((bench, b.arm), []))
+        try:
+            pairing = pair(got_a.answers.get((bench, a.arm), []), got_b.answers.get((bench, b.arm), []))
+        except ValueError as exc:  # one key twice in a tag (two test files under one tag): no pairing
+            raise CompareError(f"{bench}: {exc}") from None
         if not pairing.records:
-            raise CompareError(f"{bench}: no question has an answer on both sides (A {a.label}: "
-                               f"{pairing.only_a}, B {b.label}: {pairing.only_b})")
+            empty.append(f"{bench}: no question has an answer on both sides (A {a.label}: {pairing.only_a}, "
+                         f"B {b.label}: {pairing.only_b})")
+            continue
         res = got_a.results[bench]
         figures = res.declared_figures()
         cmp_ = compare(pairing, figures, iterations=iterations, seed=seed)
@@ -318,6 +324,8 @@ def run_comparison(store: ResultStore, spec_a: str, spec_b: str, *, benchmark: s
             tuple(str(r["run_id"]) for r in tag_runs(store, a.run_id, bench, runs)),
             tuple(str(r["run_id"]) for r in tag_runs(store, b.run_id, bench, runs)),
         ))
+    if not out:
+        raise CompareError("; ".join(empty))
     return out
 
 

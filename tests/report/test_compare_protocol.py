@@ -89,3 +89,15 @@ def test_two_arms_of_one_sweep_name_the_arm_and_codec_identity(tmp_path: Path, c
     s = json.loads((out / BENCH / "compare" / "other-vs-s256_tok32" / "summary.json").read_text())
     fields = {d["field"]: (d["a"], d["b"]) for d in s["differences"]}
     assert fields == {"prompt_style": ("geocot", "qwen2vl"), "arm": ("orig", a32), "codec identity": (None, "ck-sha")}
+
+
+
+def test_sides_without_a_common_question_fail_in_one_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "r.sqlite"
+    store = ResultStore(path)
+    write_run(store, "r1", 1.0, range(4), {"orig": "yes"}, "a")
+    write_run(store, "r2", 2.0, range(10, 14), {"orig": "yes"}, "b")
+    store.close()
+    assert report_main(["--store", str(path), "--compare", "a", "b"]) == 2
+    assert capsys.readouterr().err.strip() == ("satbench-report: demo: no question has an answer on both sides "
+                                              "(A a: 4, B b: 4)")
