@@ -130,8 +130,8 @@ orders excluded at 200 images are 6.0% with ``n_opt`` 300, 5.4% with 500 and 4.2
 and 6.3% (200 and 2,226 images) instead of 5%, where ``finite_population=False`` (below)
 gives 0.1% and 2.9%; so is little noise within an image (answers flipping one way only,
 so that the damaged images dominate the spread): 5.8% on average over six 2,226-image
-benchmarks. Unequal question counts (10 to 180 per image) change nothing: 3.0% and 4.5%
-on average over six benchmarks of 200 and 2,226 images.
+benchmarks. Unequal question counts change nothing: 3.0% and 4.5% on average over six
+benchmarks of 200 images of 10 to 90 questions and of 2,226 images of 20 to 180.
 
 ``finite_population=False`` reads the same boundary on the with-replacement clock
 ``n_t = t`` (exact again at the last image). Without replacement ``S_t`` is a Brownian
