@@ -258,6 +258,7 @@ class ComparisonReport:
     data_note: str | None  # --allow-different-data: which files differ
     runs_a: tuple[str, ...]
     runs_b: tuple[str, ...]
+    skipped: tuple[str, ...] = ()  # benchmarks both have but without a question in common (one line each)
 
     @property
     def left_out_line(self) -> str:
@@ -316,8 +317,10 @@ def run_comparison(store: ResultStore, spec_a: str, spec_b: str, *, benchmark: s
             empty.append(f"{bench}: no question has an answer on both sides (A {a.label}: {pairing.only_a}, "
                          f"B {b.label}: {pairing.only_b})")
             continue
-        res = got_a.results[bench]
-        figures = res.declared_figures()
+        # the figures both sides could compute (a figure read from a view one side lacks, such as
+        # a judge's verdict, would count that side's questions 0)
+        both = {agg.name for agg in got_b.results[bench].declared_figures()}
+        figures = [agg for agg in got_a.results[bench].declared_figures() if agg.name in both]
         cmp_ = compare(pairing, figures, iterations=iterations, seed=seed)
         out.append(ComparisonReport(
             bench, a, b, pairing, cmp_, differences(a, b, bench), notes[bench],
@@ -326,6 +329,7 @@ def run_comparison(store: ResultStore, spec_a: str, spec_b: str, *, benchmark: s
         ))
     if not out:
         raise CompareError("; ".join(empty))
+    out[0].skipped = tuple(f"{line}: left out" for line in empty)
     return out
 
 
@@ -346,6 +350,8 @@ def terminal_lines(rep: ComparisonReport) -> list[str]:
     if rep.data_note:
         lines += F.prose(rep.data_note)
     lines += F.prose(rep.left_out_line)
+    for line in rep.skipped:
+        lines += F.prose(line)
     lines += F.prose(f"delta = B - A in points, 95% CI clustered by image; b = A right & B wrong, c = A wrong & B "
                      f"right; p = exact McNemar; p(Holm) adjusted over the {c.tests} tests of this comparison")
     head = f"{'group':<22}{'n':>7}{'A':>7}{'B':>7}{'delta':>8}  {'95% CI':<16}{'b':>6}{'c':>6}  {'p':<7}{'p(Holm)':<7}"
