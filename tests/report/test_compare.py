@@ -120,8 +120,13 @@ def test_two_tags_compare_with_hand_computed_counts_p_and_intervals(two_tags: Pa
     b = np.array([1, 1, 0, 0, 0, 0, 0, 0])
     lo, hi = paired_delta_ci(a, b, img, iterations=1000, seed=0)
     assert (by["presence"]["delta_ci_low_pp"], by["presence"]["delta_ci_high_pp"]) == pytest.approx((100 * lo, 100 * hi))
-    # per image the delta is 0, -1, -1, 0: every resample lies in [-100, 0], and an interval this wide
-    assert -100.0 <= 100 * lo < -50.0 < 100 * hi <= 0.0
+    # by hand: per image the presence delta is 0, -1, -1, 0, so a resample of 4 images has K ~ Bin(4, 1/2)
+    # of the -1 ones and the delta -K/4; P(K = 4) = P(K = 0) = 1/16 > 2.5%: the interval is [-100, 0]
+    assert (by["presence"]["delta_ci_low_pp"], by["presence"]["delta_ci_high_pp"]) == (-100.0, 0.0)
+    assert (by["count"]["delta_ci_low_pp"], by["count"]["delta_ci_high_pp"]) == (0.0, 100.0)
+    # overall, per image 0, -1/4, 0, +1/4 (8 questions each): a draw is -1, 0, +1 quarter with probability
+    # 1/4, 1/2, 1/4; P(sum <= -3) = 9/256 > 2.5% > P(sum = -4) = 1/256: the interval is [-3/16, +3/16]
+    assert (ov["delta_ci_low_pp"], ov["delta_ci_high_pp"]) == (-18.75, 18.75)
     # Holm over every test of the comparison, by hand from the raw p-values
     tested = [r for r in [*by.values(), ov, *summary["figures"].values()] if r["mcnemar_p"] is not None
               and r["same_as"] is None]
