@@ -1,7 +1,7 @@
 """The demo benchmark: generated aerial-like scenes in the RSVQA-LR on-disk format.
 
 It needs no download: `prepare` writes ~40 scenes and ~400 questions into the session's
-cache directory (`pytest_satbench.datasets.demo_data`), and they are read back by the real RSVQA loader,
+cache directory (`pytest_satbench.datasets.demo_scenes`), and they are read back by the real RSVQA loader,
 so the demo exercises the same code path as RSVQA-LR. The bundled reference server
 (`--servers builtin`) answers it from the pixels.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pytest_satbench.core.question import Question
 from pytest_satbench.core.labels import Labels
-from pytest_satbench.datasets.demo_data import DEMO_VERSION, write_demo_dataset
+from pytest_satbench.datasets.demo_scenes import DEMO_VERSION, write_demo_dataset
 from pytest_satbench.datasets.registry import Benchmark, LoadRequest, register
 from pytest_satbench.datasets.rsvqa import BINNED, RSVQA_VIEWS, load_rsvqa_split
 

@@ -3,7 +3,7 @@
 `--servers builtin` starts one on a free loopback port for the session; it also runs alone
 (`python -m pytest_satbench.server --port 8000`, or the `satbench-server` script). It needs
 no model weights and no accelerator: it answers the demo benchmark by colour segmentation
-and object counting (`vision.py`, `answering.py`), so a codec that blurs small objects really
+and object counting (`vision.py`, `reference_answers.py`), so a codec that blurs small objects really
 costs it accuracy, and gives fixed, documented answers to everything else.
 
 On the wire it behaves as vLLM does where a client can tell (`wire.py`): `"stream": true`

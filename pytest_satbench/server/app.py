@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from pytest_satbench.server.answering import answer
+from pytest_satbench.server.reference_answers import answer
 from pytest_satbench.server.wire import (
     ApiError,
     Completion,

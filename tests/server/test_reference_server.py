@@ -24,7 +24,7 @@ from PIL import Image
 from pytest_satbench.codecs.base import ArmSpec
 from pytest_satbench.codecs.simple import JpegCodec, ResizeCodec
 from pytest_satbench.core.question import Question
-from pytest_satbench.datasets.demo_data import write_demo_dataset
+from pytest_satbench.datasets.demo_scenes import write_demo_dataset
 from pytest_satbench.datasets.rsvqa import load_rsvqa_split
 from pytest_satbench.server import RunningServer, start_server
 from pytest_satbench.server.__main__ import _bind_problem, main

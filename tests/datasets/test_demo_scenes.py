@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from pytest_satbench.datasets import registry
-from pytest_satbench.datasets.demo_data import N_STUBS, OBJECTS, write_demo_dataset
+from pytest_satbench.datasets.demo_scenes import N_STUBS, OBJECTS, write_demo_dataset
 from pytest_satbench.datasets.registry import LoadRequest
 from pytest_satbench.datasets.rsvqa import load_rsvqa_split
 
