@@ -100,7 +100,9 @@ HEALTH_TIMEOUT_S = 60.0
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    text: str  # choices[0].message.content, clipped to max_text_chars
+    """One answer, as the reply gate read it (engine/wire.py), with how it was got."""
+
+    text: str  # choices[0].message.content ("" when it stopped for length first), clipped to max_text_chars
     finish_reason: str | None
     model: str  # model id in the response body, maybe an allowed alias (fallback: requested model)
     server: str  # base URL that answered

@@ -338,8 +338,8 @@ class Connections:
         stage = "connect"
         read = 0  # body bytes read so far
         try:
-            if conn.sock is None:
-                conn.timeout = min(self.connect_timeout, limit)
+            if conn.sock is None:  # a resend connects within what is left of the deadline
+                conn.timeout = min(self.connect_timeout, limit, max(deadline - time.monotonic(), 0.001))
                 conn.connect()
             sock = conn.sock
             if not isinstance(sock, _DeadlineSocket):
