@@ -100,11 +100,6 @@ CREATE TABLE IF NOT EXISTS run_traffic (
 -- a run's items by benchmark in the order they ran (the index holds the rowid), so reports
 -- stream them from the store without sorting
 CREATE INDEX IF NOT EXISTS run_items_by_benchmark ON run_items (run_id, benchmark);
--- what the store itself needs to remember (the last time a run checked it could write here)
-CREATE TABLE IF NOT EXISTS store_meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
 -- a source image's sha256 and size, reused while the file's size, mtime and content sample
 -- are the same (engine/images.py: `content_sample`)
 CREATE TABLE IF NOT EXISTS image_info (
@@ -250,7 +245,10 @@ class ResultStore:
         try:
             conn = store._conn()
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT OR REPLACE INTO store_meta VALUES ('last_opened', ?)", (str(time.time()),))
+            # made here, not with the schema: a reader of an old store on read-only media (the
+            # report command) must not have to write to open it
+            conn.execute("CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute("INSERT OR REPLACE INTO store_meta VALUES ('last_checked', ?)", (str(time.time()),))
             conn.execute("COMMIT")
         except (sqlite3.Error, OSError) as exc:
             raise store_error(store.path, exc) from None
