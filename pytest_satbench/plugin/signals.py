@@ -111,16 +111,11 @@ class StopSignals:
         previous_int = _set_handler(signal.SIGINT, lambda *_: self.hurry.set())
         try:
             _stop_asking(runtime)
-            pool = runtime.pool
-            loads = pool.loads()
-            asked_before = sum(s.requests for s in loads)
+            # Until nothing is in flight: a call that was already waiting for a free slot when the
+            # run stopped may still send its request; its answer is waited for and kept too.
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline and not self.hurry.is_set():
-                loads = pool.loads()
-                started_since = sum(s.requests for s in loads) - asked_before
-                # the requests of before the stop are done once no more are in flight than started since
-                # (a thread that was waiting for a slot may still send one: it is not waited for)
-                if sum(s.in_flight for s in loads) <= max(0, started_since):
+                if not sum(s.in_flight for s in runtime.pool.loads()):
                     break
                 self.hurry.wait(0.05)
         finally:
@@ -129,7 +124,7 @@ class StopSignals:
 
 
 def _stop_asking(runtime: Any) -> None:
-    """No new request starts: the look-ahead stops feeding and the queued calls are dropped."""
+    """No new question starts: the look-ahead stops feeding and the queued calls are dropped."""
     lookahead = getattr(runtime, "lookahead", None)
     if lookahead is not None:
         lookahead.stop()
