@@ -46,7 +46,7 @@ ODD = {
     # 20% of replies hold a lone surrogate escape, which no UTF-8 encoder takes: each is a
     # failure of its attempt (retried), never an answer, never a hung store
     "lone-surrogate-20pct": every(Fail.reply(chat_completion("yes\ud800", MODEL)), 5),
-    # the JSON parser's RecursionError
+    # the JSON parser's RecursionError (200 kB: the run's --max-reply-bytes is raised for it)
     "nested-100000-deep": every(Fail.raw(DEEP), 9),
     # thinking is not saying: content null without a stop for length is a fault
     "null-content-not-length": every(Fail.reply(chat_completion(None, MODEL, reasoning="I see a road")), 9),
@@ -58,10 +58,11 @@ def test_an_odd_reply_is_a_failure_of_its_attempt(case: str, tmp_path, reference
                                                  healthy: FakeVLM) -> None:
     project = Project.make(tmp_path)
     with FakeVLM([MODEL], answer=answer, fail_at=ODD[case]) as faulty:
-        first = project.run(faulty.url)
+        first = project.run(faulty.url, "--max-reply-bytes", "1000000")
         asked = faulty.chat_requests
     first.check_lines()
     assert first.rc in (0, 1), first.out[-3000:]
+    assert "reply too large" not in first.out
     # every question has its row (the store never hung): an answer, or an error row that a
     # rerun replaces
     stored = rows(project, "SELECT status, COUNT(*) FROM answers GROUP BY status")
