@@ -281,9 +281,12 @@ def _sample_digest(size: int, parts: list[bytes]) -> str:
 
 def content_sample(path: str, size: int) -> str:
     """The digest of the sampled bytes of the file at `path` (`size`: its size from stat)."""
+    parts = []
     with open(path, "rb") as fh:
-        fd = fh.fileno()
-        return _sample_digest(size, [os.pread(fd, n, off) for off, n in _sample_spans(size)])
+        for off, n in _sample_spans(size):
+            fh.seek(off)
+            parts.append(fh.read(n))
+    return _sample_digest(size, parts)
 
 
 def sample_of(data: bytes) -> str:
