@@ -282,7 +282,7 @@ def _sample_digest(size: int, parts: list[bytes]) -> str:
 def content_sample(path: str, size: int) -> str:
     """The digest of the sampled bytes of the file at `path` (`size`: its size from stat)."""
     parts = []
-    with open(path, "rb") as fh:
+    with open(path, "rb", buffering=0) as fh:  # unbuffered: only the sampled bytes are read
         for off, n in _sample_spans(size):
             fh.seek(off)
             parts.append(fh.read(n))
