@@ -5,7 +5,9 @@ module imports pytest and the light option table only; the session object (regis
 here as a plugin) imports the engine, numpy, PIL and SQLite where a benchmark runs.
 
 Behaviour lives in modules named for one concern: `options` (the option table), `items`
-(questions as items, -k before loading), `session` (the per-run state object), `protocol`
+(questions as items), `state` (what the plugin objects share for one run), `collection`
+(benchmarks become items, -k before loading), `run` (the runtime while items run, one item's
+outcome, stops), `finish` (gates, reports, the summary, --lf bookkeeping), `protocol`
 (the lean per-item run protocol), `outcomes` (letters and verdicts), `progress` (the live
 progress line), `terminal` (the summary; how the progress line is written), `xdist` (hooks
 and the image-group scheduler), `signals` (SIGTERM stops a run as Ctrl-C does), `fixtures`
@@ -28,13 +30,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
+    from pytest_satbench.plugin.collection import COLLECTION_KEY, Collection
+    from pytest_satbench.plugin.finish import Finish
     from pytest_satbench.plugin.items import SESSION_KEY
-    from pytest_satbench.plugin.session import SatbenchSession
+    from pytest_satbench.plugin.run import RunController
+    from pytest_satbench.plugin.state import STATE_KEY, RunState
 
     settings = parse_settings(config)
-    state = SatbenchSession(config, settings)
-    config.stash[SESSION_KEY] = state
-    config.pluginmanager.register(state, "satbench-session")
+    state = config.stash[STATE_KEY] = RunState(config, settings)
+    collection = config.stash[COLLECTION_KEY] = Collection(state)
+    run = config.stash[SESSION_KEY] = RunController(state)
+    pm = config.pluginmanager
+    pm.register(collection, "satbench-collection")
+    pm.register(run, "satbench-session")
+    pm.register(Finish(state, collection, run), "satbench-finish")
     if settings.servers or settings.builtin_server:
         from pytest_satbench.plugin import progress
 

@@ -150,7 +150,7 @@ class QuestionItem(pytest.Item):
 
 
 class ItemRunner(Protocol):
-    """What an item needs of the plugin's session object (`session.SatbenchSession`)."""
+    """What an item needs of the plugin's run object (`run.RunController`)."""
 
     settings: Settings
 

@@ -22,14 +22,16 @@ import math
 import os
 import tempfile
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_satbench.engine.concurrency import ConcurrencySpec
+from pytest_satbench.plugin.collection import COLLECTION_KEY
 from pytest_satbench.plugin.items import SESSION_KEY, QuestionItem
+from pytest_satbench.plugin.state import STATE_KEY
 
 # The most requests `queued_for` counts on (x4 items queued per worker): enough for any
 # limits adaptive control reaches on a few servers, few enough for an even end of the run.
@@ -62,6 +64,18 @@ class XdistHooks:
         if self.groups_dir is None:
             self.groups_dir = Path(tempfile.mkdtemp(prefix="satbench-groups-"))
         node.workerinput["satbench_groups_dir"] = str(self.groups_dir)
+        # one run: the workers' answers are the run's, asked of the controller's builtin server
+        node.workerinput["satbench_run_id"] = self.config.stash[STATE_KEY].run_id
+        if self.config.stash[STATE_KEY].settings.builtin_server:
+            node.workerinput["satbench_builtin_url"] = self.config.stash[SESSION_KEY].builtin_server().url
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        stopped = output.get("satbench_stopped")  # a worker's stop (store, servers, model) is the run's
+        if stopped:
+            self.config.stash[STATE_KEY].stop(None, int(stopped[0]), str(stopped[1]))
+        self.config.stash[COLLECTION_KEY].take_workers(output)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -85,6 +99,36 @@ class XdistHooks:
             for f in self.groups_dir.glob("*"):
                 f.unlink(missing_ok=True)
             self.groups_dir.rmdir()
+
+
+def worker_upcoming_items(config: pytest.Config, session: pytest.Session, items: list[QuestionItem],
+                          stopped: Callable[[], bool]) -> Iterator[QuestionItem] | None:
+    """On an xdist worker, the question items the controller has sent it so far, in order, for
+    the look-ahead (`engine.lookahead.worker_upcoming`); None when this is no worker."""
+    interactor = _worker_interactor(config)
+    if interactor is None:
+        return None
+    from pytest_satbench.engine.lookahead import worker_upcoming
+
+    wanted = {id(i) for i in items}
+
+    def snapshot() -> list[Any] | None:
+        try:
+            with interactor.torun.lock() as queue:
+                return list(queue)
+        except Exception:
+            return None
+
+    return (i for i in worker_upcoming(snapshot, session.items, stopped) if id(i) in wanted)
+
+
+def _worker_interactor(config: pytest.Config) -> Any:
+    if not hasattr(config, "workerinput"):
+        return None
+    for plugin in config.pluginmanager.get_plugins():
+        if type(plugin).__name__ == "WorkerInteractor" and hasattr(plugin, "torun"):
+            return plugin
+    return None
 
 
 def queued_for(spec: ConcurrencySpec, servers: int) -> int:

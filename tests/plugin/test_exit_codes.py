@@ -13,7 +13,7 @@ from datasets_fake import write_rsvqa
 from servers import FakeVLM
 
 from pytest_satbench.core.gates import GATE_FAILED_EXIT
-from pytest_satbench.plugin.session import MODEL_SWAPPED_EXIT, SERVERS_GONE_EXIT, STORE_FAILED_EXIT
+from pytest_satbench.plugin.state import MODEL_SWAPPED_EXIT, SERVERS_GONE_EXIT, STORE_FAILED_EXIT
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BENCH = "from pytest_satbench import benchmark_test\ntest_rsvqa_lr = benchmark_test('rsvqa_lr')\n"

@@ -1,0 +1,302 @@
+"""While items run: the engine's runtime, one item's outcome, and the run's stops (the run
+concern of the plugin; `plugin/state.py` lists the others).
+
+The runtime (servers, codecs, store, look-ahead; `engine/runtime.py`) starts as the items
+start and closes when they are over, on every path. An item takes its answers from it and
+its outcome from the record of its verdict (`core/verdict.py`): the letter, the properties,
+the failure line. The run stops asking, with its own exit status, when the store fails
+(7), no server answers (8) or a server answers as another model (9); Ctrl-C and SIGTERM keep
+what is in flight for a few seconds (`plugin/signals.py`). On an xdist controller nothing
+is started: the workers run the items.
+
+Imported at every pytest start-up where the plugin is installed: the engine, the store,
+numpy and PIL are imported where a benchmark actually runs.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_satbench.plugin.items import QuestionFailed, QuestionItem
+from pytest_satbench.plugin.outcomes import ERROR, REGRESSED, classify, failure_message, regression_message, teststatus
+from pytest_satbench.plugin.protocol import run_question_item
+from pytest_satbench.plugin.signals import StopSignals
+from pytest_satbench.plugin.state import MODEL_SWAPPED_EXIT, SERVERS_GONE_EXIT, STORE_FAILED_EXIT, RunState
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pytest_satbench.engine.config import RuntimeConfig
+    from pytest_satbench.engine.runtime import Runtime
+    from pytest_satbench.plugin.options import Settings
+    from pytest_satbench.server import RunningServer
+
+
+class RunController:
+    """Registered as "satbench-session" (the public fixtures find the runtime through it)."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+        self._runtime: Runtime | None = None
+        self._builtin: RunningServer | None = None
+        self._compat: Any = None
+        self._outcomes: dict[str, str] = {}  # node id -> outcome, from runtest to its report
+        self._server_lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # from request threads
+        self._stopped = threading.Event()
+
+    @property
+    def settings(self) -> Settings:
+        return self.state.settings
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        # called as the object is registered (pytest_configure is historic); question items
+        # run only against servers, so a run without them (your own tests) never loads these
+        if self.state.with_servers:
+            self.state.signals = StopSignals(config)  # SIGTERM stops the run as Ctrl-C does
+            self.state.signals.install()
+            from pytest_satbench.plugin import compat
+
+            self._compat = compat.register(config, self.settings)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.state.with_servers and not self.state.is_worker and not session.config.option.collectonly:
+            self._check_store()  # before an xdist controller starts its workers
+
+    def _check_store(self) -> None:
+        """A store no answer could be kept in ends the run before it starts: one line, exit 4."""
+        from pytest_satbench.engine.store import ResultStore, StoreError
+
+        try:
+            path = self.state.store_path
+        except OSError as exc:  # .pytest_cache cannot be made or written
+            raise pytest.UsageError(
+                f"satbench: the results store's folder cannot be made ({exc.strerror or exc}: {exc.filename}); "
+                "make it writable or pass --store PATH") from None
+        if self.settings.store_recover:
+            moved = ResultStore.recover(path)
+            if moved is not None:
+                self.state.say(f"satbench: the results store was corrupt; moved aside to {moved}, starting a new one")
+        try:
+            ResultStore.check_writable(path)
+        except StoreError as exc:
+            raise pytest.UsageError(f"satbench: {exc}") from None
+
+    # ------------------------------------------------------------------ the runtime
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Any:
+        state = self.state
+        items = [i for i in session.items if isinstance(i, QuestionItem)]
+        if items and not state.is_controller() and not session.config.option.collectonly:
+            state.planned = dict(Counter(i.question.benchmark for i in items))
+            self._start(self._upcoming(session, items))
+        try:
+            return (yield)
+        except KeyboardInterrupt as exc:
+            if type(exc) is KeyboardInterrupt and state.signals is not None:  # Ctrl-C or SIGTERM, not a stop
+                state.signals.interrupted()
+                if self._runtime is not None:
+                    state.signals.drain(self._runtime)  # keeps what is in flight, for seconds at most
+                if state.is_worker:
+                    # an xdist worker ends as a run this plugin stopped: its controller then ends the
+                    # run cleanly (a worker that exits interrupted counts as crashed and is replaced)
+                    session.shouldstop = state.signals.line()
+                    return True
+            raise
+        finally:
+            if state.signals is not None:
+                state.signals.finishing = True
+            self._stopped.set()
+            if self._runtime is not None:
+                self._runtime.close()
+
+    def _start(self, upcoming: Iterator[QuestionItem] | None) -> Runtime:
+        from pytest_satbench.engine.runtime import Runtime, StartError
+
+        try:
+            self._runtime = Runtime.start(self._runtime_config(), upcoming)
+        except StartError as exc:
+            self.state.start_failed = True  # nothing was attempted: no item counts as never reached
+            raise pytest.UsageError(f"satbench: {exc}") from None
+        if not self.state.is_worker:
+            for line in self._runtime.notices:
+                self.state.say(f"satbench: {line}")
+        return self._runtime
+
+    def _runtime_config(self) -> RuntimeConfig:
+        from pytest_satbench.engine.config import RuntimeConfig
+
+        state, s = self.state, self.settings
+        workerinput: dict[str, Any] = getattr(state.config, "workerinput", {})
+        urls: tuple[str, ...] = s.servers
+        if s.builtin_server:
+            url = workerinput.get("satbench_builtin_url") or self.builtin_server().url
+            urls = (url,)
+        # --concurrency's caps are for the whole run: xdist workers share them
+        workers = int(workerinput.get("workercount", 1) or 1)
+        return RuntimeConfig(
+            run_id=state.run_id, tag=s.tag, urls=urls, store_path=state.store_path,
+            recon_cache_dir=state.cache_dir("satbench-recon"),
+            recon_cache_bytes=int(os.environ.get("SATBENCH_RECON_CACHE_BYTES", 20 * 2**30)),
+            arms=s.arms, model=s.model, max_new=s.max_new, prompt_style=s.prompt_style,
+            box_grid=s.box_grid, iou=s.iou, blind=s.blind, fresh=s.fresh,
+            concurrency=s.concurrency.split(workers), cache_images=s.cache_images,
+            request_timeout=s.request_timeout, retries=s.retries, api_key=s.api_key,
+            judge_url=s.judge_url, judge_model=s.judge_model, max_reply_bytes=s.max_reply_bytes,
+            max_answer_chars=s.max_answer_chars, model_aliases=s.model_aliases, on_server_state=self._server_state,
+            allow_protocol_change=s.allow_protocol_change, repeat_orig=s.repeat_orig,
+            repeat_keys=frozenset(state.repeat_keys), score_views=dict(state.score_views),
+            process=str(workerinput.get("workerid", "main")),
+            command=("pytest", *state.config.invocation_params.args),
+            servers_shown=("builtin reference server",) if s.builtin_server else (),
+            dataset_hashes=state.dataset_hashes, limit=s.limit, planned=state.planned,
+        )
+
+    def _upcoming(self, session: pytest.Session, items: list[QuestionItem]) -> Iterator[QuestionItem]:
+        """The question items this process will run, in order, for the look-ahead: under
+        xdist the ones the controller has sent this worker so far."""
+        from pytest_satbench.plugin.xdist import worker_upcoming_items
+
+        upcoming = worker_upcoming_items(self.state.config, session, items, self._stopped.is_set)
+        return iter(items) if upcoming is None else upcoming
+
+    def runtime(self) -> Runtime:
+        """The engine, started on first use (the public fixtures use this)."""
+        return self._runtime if self._runtime is not None else self._start(None)
+
+    def builtin_server(self) -> RunningServer:
+        if self._builtin is None:
+            from pytest_satbench.server import start_server
+
+            self._builtin = start_server()
+        return self._builtin
+
+    def _server_state(self, server: str, up: bool, reason: str) -> None:
+        # called on a request thread: the line is written by pytest's thread (`say_server_states`)
+        self._server_lines.put(f"satbench: server {server} is {'back' if up else 'DOWN'}: {reason}")
+
+    def _drain_server_lines(self) -> list[str]:
+        lines = []
+        while True:
+            try:
+                lines.append(self._server_lines.get_nowait())
+            except queue.Empty:
+                return lines
+
+    def say_server_states(self) -> None:
+        for line in self._drain_server_lines():
+            self.state.say(line)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # the lines travel on the report, so an xdist worker's reach the controller's terminal
+        for line in getattr(report, "satbench_lines", None) or ():
+            self.state.say(line)
+
+    # ------------------------------------------------------------------ one item
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        if isinstance(item, QuestionItem) and self._runtime is not None:
+            if self._compat is None:  # (a runtime has servers, so this is not expected)
+                return run_question_item(item, nextitem)
+            if self._compat.lean:
+                return run_question_item(item, nextitem, phases_made=self._compat.phases_made)
+        return None  # pytest's own protocol (for question items: a plugin needs it, plugin/compat.py)
+
+    def run_item(self, item: QuestionItem) -> None:
+        from pytest_satbench.core.verdict import question_record
+        from pytest_satbench.engine.runtime import GaveUp
+        from pytest_satbench.engine.store import StoreError
+
+        state = self.state
+        assert self._runtime is not None, "satbench runtime not started"
+        try:
+            result = self._runtime.result(item, give_up_after=self.settings.give_up_after)
+        except GaveUp as exc:  # the wait itself is abandoned: a rerun asks this item again
+            state.stop(item.session, SERVERS_GONE_EXIT, str(exc))
+            self._outcomes[item.nodeid] = ERROR
+            raise QuestionFailed(str(exc)) from None
+        try:
+            self._runtime.store.record_item(
+                state.run_id, item.nodeid, item.question.benchmark,
+                question_record(item.question, result.prompt, result.sent_size), result.fingerprints,
+            )
+        except StoreError:
+            pass  # reported below through `failure`
+        failure = self._runtime.store.failure
+        if failure is not None:
+            # Nothing more is asked: every answer would be thrown away. A rerun resumes.
+            state.stop(item.session, STORE_FAILED_EXIT, str(failure))
+            self._outcomes[item.nodeid] = ERROR
+            raise QuestionFailed(str(failure))
+        gave_up = self._runtime.doomed(self.settings.give_up_after)
+        if gave_up is not None:
+            state.stop(item.session, SERVERS_GONE_EXIT, gave_up)
+        swap = self._runtime.pool.model_swap()
+        if swap is not None:
+            server, other = swap
+            state.stop(item.session, MODEL_SWAPPED_EXIT, (
+                f"server {server} answered as model {other!r}, not {self._runtime.model!r}: the servers changed under "
+                f"this run; stopped asking. Measure {other!r} under another --tag (--model {other}), or pass "
+                f"--allow-model-alias {other} if it is the same model"
+            ))
+        outcome = classify(result)
+        self._outcomes[item.nodeid] = outcome
+        if result.record is not None and self._compat is not None:
+            item.satbench_arms = result.record.arm_verdicts()  # its properties (plugin/compat.py)
+        if outcome == ERROR:
+            raise QuestionFailed(failure_message(result))
+        if outcome == REGRESSED and self.settings.fail_on == "regression":
+            assert result.record is not None
+            raise QuestionFailed(regression_message(result.record))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        rep = yield
+        if call.when == "call" and isinstance(item, QuestionItem):
+            # only the outcome travels to an xdist controller: the numbers come from the store;
+            # it and the arms' verdicts also go on the reports as properties (plugin/compat.py)
+            outcome = self._outcomes.pop(item.nodeid, None)
+            if self._compat is not None:
+                outcome = self._compat.call_outcome(item, rep, outcome)
+            if outcome is not None:
+                rep.satbench_outcome = outcome
+            lines = self._drain_server_lines()
+            if lines:
+                rep.satbench_lines = lines
+        elif call.when == "teardown" and isinstance(item, QuestionItem) and self._compat is not None:
+            self._compat.end_item(item)
+        return rep
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config) -> Any:
+        outcome = getattr(report, "satbench_outcome", None)
+        if outcome is None or report.when != "call" or report.outcome == "rerun":
+            return None  # (a try pytest-rerunfailures runs again is its "rerun")
+        return teststatus(outcome, report.failed)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        s = self.settings
+        if not self.state.with_servers:
+            return []
+        from pytest_satbench.core.arms import BLIND, ORIG
+        from pytest_satbench.engine.store import network_store_warning
+
+        servers = "builtin reference server" if s.builtin_server else ", ".join(s.servers)
+        arms = ", ".join([ORIG] + [a.canonical for a in s.arms] + ([BLIND] if s.blind else []))
+        root: Path | str = (f"{s.data_root} ({s.data_root_source})" if s.data_root
+                            else "not set (the demo needs none; the others: --data-root or $SATBENCH_DATA_ROOT)")
+        lines = [f"satbench: servers: {servers}; arms: {arms}; data root: {root}; prompt style: {s.prompt_style}"]
+        warning = network_store_warning(self.state.store_path)
+        if warning:
+            lines.append(f"satbench: WARNING: {warning}")
+        return lines
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._builtin is not None:
+            self._builtin.close()
