@@ -120,20 +120,12 @@ def codec_knowledge(package: Path, codecs: set[str]) -> list[str]:
 
 
 # Known, named and to be removed: code that still reads a spec, and the codec API that replaces it.
-PENDING = {
-    ("report/budget.py", "reads a codec spec (cuts arm at ':')"): "codecs.budget_of(arm) gives (family, budget)",
-}
-
-
 def test_no_code_outside_codecs_names_or_reads_a_codec() -> None:
     from pytest_satbench.codecs import base
 
     codecs = set(base.factories())
     assert {"identity", "jpeg", "resize", "onedpiece"} <= codecs
-    found = codec_knowledge(PACKAGE, codecs)
-    pending = {(f.split(":", 1)[0], f.split(": ", 1)[1]) for f in found} & PENDING.keys()
-    assert [f for f in found if (f.split(":", 1)[0], f.split(": ", 1)[1]) not in PENDING] == []
-    assert pending == PENDING.keys(), "a pending exception is gone: take it off PENDING"
+    assert codec_knowledge(PACKAGE, codecs) == []
 
 
 def test_the_check_finds_codec_knowledge(tmp_path: Path) -> None:

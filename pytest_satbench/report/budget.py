@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_satbench.codecs.base import budget_of
 from pytest_satbench.core import arms as A
 from pytest_satbench.core import formatting as F
 from pytest_satbench.core.redact import redact
@@ -30,9 +31,7 @@ from pytest_satbench.core.stats import GroupStats
 from pytest_satbench.report import html, markdown, plots
 from pytest_satbench.report.document import Cell, Code, Column, Document, Figure, Heading, Paragraph, Table, cell, rich
 
-__all__ = ["BUDGET_PARAM", "Budget", "Curve", "budget_lines", "curves", "write_curve"]
-
-BUDGET_PARAM = "nlatent"
+__all__ = ["Budget", "Curve", "budget_lines", "curves", "write_curve"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,26 +64,11 @@ class Curve:
         return next((b for b in self.groups.get(group, []) if b.within(self.margin)), None)
 
 
-def _family(arm: str) -> tuple[str, float] | None:
-    """(the spec without its budget, the budget) of a budget arm; None for any other arm."""
-    codec, _, params = arm.partition(":")
-    parts = params.split(",") if params else []
-    budget = [p for p in parts if p.startswith(BUDGET_PARAM + "=")]
-    if len(budget) != 1:
-        return None
-    try:
-        value = float(budget[0].partition("=")[2])
-    except ValueError:
-        return None
-    rest = ",".join(p for p in parts if p != budget[0])
-    return f"{codec}:{rest}" if rest else codec, value
-
-
 def curves(res: BenchmarkResult, margin: float = 1.0) -> list[Curve]:
     """Every codec with at least two budget arms in the result (usually one)."""
     fams: dict[str, list[tuple[str, float]]] = {}
     for arm in res.stats.recon_arms:
-        fam = _family(arm)
+        fam = budget_of(arm)  # the codec says which of its arms form a budget sweep
         if fam is not None:
             tokens = res.usage.image_tokens.get(arm)
             fams.setdefault(fam[0], []).append((arm, float(tokens) if tokens is not None else fam[1]))
