@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from pytest_satbench.core.usage import percentile
 from pytest_satbench.engine.concurrency import ConcurrencySpec
 from pytest_satbench.engine.failures import (
     PROXY_ADVICE,
@@ -76,12 +77,10 @@ __all__ = [
     "MAX_REPLY_BYTES",
     "MAX_TEXT_CHARS",
     "Answer",
-    "ModelMismatch",  # re-exported for engine/runtime.py, which imports it from here
     "ServerCounters",
     "ServerLoad",
     "ServerPool",
     "ServerState",
-    "ServerUnavailable",  # re-exported for engine/runtime.py, which imports it from here
 ]
 
 # Defaults of ServerPool's caps: a reply body (bytes) and an answer's stored text (characters).
@@ -145,11 +144,11 @@ class ServerCounters:
 
     @property
     def latency_p50_s(self) -> float | None:
-        return _percentile(self.latencies_s, 50.0)
+        return percentile(self.latencies_s, 50.0)
 
     @property
     def latency_p95_s(self) -> float | None:
-        return _percentile(self.latencies_s, 95.0)
+        return percentile(self.latencies_s, 95.0)
 
     def to_dict(self) -> dict[str, Any]:
         """Builtins only, latencies summarised (for reports and xdist transport)."""
@@ -217,16 +216,6 @@ class ServerLoad:
     answered: int
     failures: int
     retries: int
-
-
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default method)."""
-    if not values:
-        return None
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def _normalise_url(url: str) -> str:

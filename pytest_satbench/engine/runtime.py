@@ -21,7 +21,8 @@ from pytest_satbench.core.question import Question
 from pytest_satbench.core.records import LimitTrace, ServerTraffic
 from pytest_satbench.core.scoring import ScoreOptions
 from pytest_satbench.engine.answering import ItemResult, Job, Judge, QuestionRunner
-from pytest_satbench.engine.client import ModelMismatch, ServerPool, ServerUnavailable
+from pytest_satbench.engine.client import ServerPool
+from pytest_satbench.engine.failures import ModelMismatch, ServerUnavailable
 from pytest_satbench.engine.config import RuntimeConfig
 from pytest_satbench.engine.fingerprint import AskSettings
 from pytest_satbench.engine.images import ImagePipeline

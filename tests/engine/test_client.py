@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from servers import Fail, FakeVLM, dead_url, one_line
 
-from pytest_satbench.engine.client import Answer, ServerCounters, ServerPool, _percentile
+from pytest_satbench.core.usage import percentile as _percentile
+from pytest_satbench.engine.client import Answer, ServerCounters, ServerPool
 from pytest_satbench.engine.failures import ModelMismatch, RequestFailed, ServerUnavailable
 
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "timeout": 5.0, "connect_timeout": 2.0}
