@@ -107,7 +107,7 @@ The construction
    fewer than `min_images` images remain, until the last image makes it exact. The
    interval is always clipped to the figure's range.
 
-Why this method (measured with bench/sequential.py and tests/core/test_sequential.py; the
+Why this method (measured with performance/sequential.py and tests/core/test_sequential.py; the
 numbers and commands are in docs/performance.md and docs/statistics.md). Exact methods
 with the image as the unit (betting, empirical Bernstein) must allow an image's delta
 anywhere in ``[-m_i, m_i]`` while its spread is a few questions: on a 2,226-image,

@@ -1,7 +1,7 @@
 """Keep-alive HTTP/1.1 connections to one server, on the standard library's http.client.
 
 Why not urllib3 or requests: at hundreds of questions per second the client is CPU-bound
-(one Python process, one GIL). Measured side by side (bench/http_client.py; numbers in
+(one Python process, one GIL). Measured side by side (performance/http_client.py; numbers in
 docs/performance.md, "HTTP client"), a chat POST on a reused connection costs this transport
 about half the client CPU that urllib3 needs for it (urllib3 runs the same http.client under
 per-call timeout, retry, pool-queue and response layers) and a fifth of what requests needs.

@@ -11,7 +11,7 @@ rest this module decides, once per process and before the first item, what a run
   `--cov-context=test`, and any plugin or conftest.py this module does not know that
   implements one of those three hooks. One line says so, naming each plugin
   (`Compat.standard`); everything else about the run stays as it is. The price, measured by
-  bench/protocol.py (10,000 question items, a resumed run, 2 loaded cores): +0.17 ms of
+  performance/protocol.py (10,000 question items, a resumed run, 2 loaded cores): +0.17 ms of
   client CPU per item (368 -> 541 us), nothing per request.
 - **Properties**: each question item's outcome and its arms' verdicts go on its call and
   teardown reports as `user_properties` (record_property style), so junit XML writes them

@@ -24,7 +24,7 @@ run (your own tests) always run pytest's normal protocol.
 
 Memory. pytest keeps every report to the end of the session (the terminal's `stats`, for the
 final counts, -r and --durations): three per item, 3.3 KB per question item in all before
-this module kept them small (bench/memory.py). So the reports of question items
+this module kept them small (performance/memory.py). So the reports of question items
 
 - carry no keywords (pytest builds a dict of every keyword of the node chain for each call
   report; nothing reads it after the item: -k and -m select items, not reports), share the

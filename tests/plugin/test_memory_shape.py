@@ -3,7 +3,7 @@
 Shape, not timings: the terminal's reports of passed question items are `LeanReport`s (no
 instance dict, no keywords, sections or user properties), failed ones keep their failure
 section, nothing is left in an item's stash, and the session holds no outcome per item.
-bench/memory.py measures what this saves.
+performance/memory.py measures what this saves.
 """
 
 from __future__ import annotations

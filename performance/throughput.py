@@ -1,8 +1,8 @@
 """Throughput: the seed script and the plugin against the same zero-latency loopback server.
 
-    .venv/bin/python bench/throughput.py                    # 100 images x 100 questions, 3 reps
-    .venv/bin/python bench/throughput.py --questions 2000 --reps 1
-    .venv/bin/python bench/throughput.py --baseline-tree /tmp/old   # also an older checkout
+    .venv/bin/python performance/throughput.py                    # 100 images x 100 questions, 3 reps
+    .venv/bin/python performance/throughput.py --questions 2000 --reps 1
+    .venv/bin/python performance/throughput.py --baseline-tree /tmp/old   # also an older checkout
 
 With `--baseline-tree DIR` (a checkout of another commit, e.g. `git worktree add /tmp/old
 <commit>`), a third side runs that tree's plugin (`PYTHONPATH=DIR`, same venv) in the same
@@ -10,7 +10,7 @@ repetitions: a change is measured against what it replaced, side by side.
 
 Both clients answer the same RSVQA-LR-format data (generated here: --images images, the
 questions spread evenly over them) with the same stand-in reconstruction (a JPEG quality-50
-round trip on the CPU: bench/_seed_standins/mllm/recon.py for the seed, the `cheap` codec
+round trip on the CPU: performance/_seed_standins/mllm/recon.py for the seed, the `cheap` codec
 registered by a conftest.py for the plugin), at the same concurrency, two requests per
 question (original and reconstruction), scored by the same functions.
 
@@ -23,7 +23,7 @@ machine and its load; the ratio is the result.
 
 The seed is copied, not modified: its literal `ROOT = "${TOKLIP_ROOT}"` is replaced with the
 generated root in the temporary copy, and `--recon-gpu` only sets CUDA_VISIBLE_DEVICES.
-Results go to bench/out/throughput.json.
+Results go to performance/out/throughput.json.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from pathlib import Path
 
 import numpy as np
 from _server import ZeroLatencyServer  # noqa: E402
-from _measure import measured, write_result  # bench/ is on sys.path when run as a script
+from _measure import measured, write_result  # performance/ is on sys.path when run as a script
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = Path("/work/shared/seeds/eval_e2e.py")
-STANDINS = REPO / "bench" / "_seed_standins"
-OUT = REPO / "bench" / "out"
+STANDINS = REPO / "performance" / "_seed_standins"
+OUT = REPO / "performance" / "out"
 N_STUBS = 50  # leading inactive records, as in the real split files
 # The plugin sides and their extra options. "plugin" is the default user experience; the
 # lean side shows what the end-of-run reports cost (they are proportional to the questions).
@@ -153,7 +153,7 @@ def seed_copy(tmp: Path, toklip_root: Path) -> Path:
     text = SEED.read_text()
     if 'ROOT = "${TOKLIP_ROOT}"' not in text:
         raise SystemExit(f"{SEED}: no `ROOT = \"${{TOKLIP_ROOT}}\"` line to point at the data; "
-                         "update bench/throughput.py for the new seed")
+                         "update performance/throughput.py for the new seed")
     text = text.replace('ROOT = "${TOKLIP_ROOT}"', f"ROOT = {str(toklip_root)!r}")
     target = src / "mllm" / "eval_e2e.py"
     target.write_text(text)

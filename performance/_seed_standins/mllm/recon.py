@@ -1,4 +1,4 @@
-"""Stand-in for the seed's `mllm.recon` (One-D-Piece on a GPU), for bench/throughput.py.
+"""Stand-in for the seed's `mllm.recon` (One-D-Piece on a GPU), for performance/throughput.py.
 
 The seed script imports `load_onedpiece` and `reconstruct_batch` from here. The benchmark
 compares request handling, not tokenizers, so the "reconstruction" is a cheap CPU JPEG
@@ -16,7 +16,7 @@ from typing import Any
 from PIL import Image
 
 QUALITY = 50
-# bench/throughput.py reports how many reconstructions each client ran (the seed's per-image
+# performance/throughput.py reports how many reconstructions each client ran (the seed's per-image
 # cache is not single-flight): with this variable set, the count is written there at exit.
 COUNT_FILE = os.environ.get("SATBENCH_BENCH_RECON_COUNT")
 _calls: list[int] = []  # list.append is atomic under the GIL; no lock needed

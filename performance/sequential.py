@@ -1,7 +1,7 @@
 """Early stopping: how much of an RSVQA-HR-sized benchmark a run asks before the rule is met.
 
-    .venv/bin/python bench/sequential.py                       # 200 seeds, about 20 s
-    .venv/bin/python bench/sequential.py --seeds 500 --json bench/out/sequential.json
+    .venv/bin/python performance/sequential.py                       # 200 seeds, about 20 s
+    .venv/bin/python performance/sequential.py --seeds 500 --json performance/out/sequential.json
 
 A synthetic benchmark of 2,226 images x 100 questions (RSVQA-HR's size), with per-image
 heterogeneity: each image has its own original accuracy (Beta(8, 2)), its own
@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _measure import write_result  # noqa: E402  (bench/ is on sys.path when run as a script)
+from _measure import write_result  # noqa: E402  (performance/ is on sys.path when run as a script)
 
 from pytest_satbench.core.sequential import (  # noqa: E402
     DEFAULT_MIN_IMAGES,

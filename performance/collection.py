@@ -1,7 +1,7 @@
 """Collection: the plugin vs plain `@pytest.mark.parametrize` on an RSVQA-HR-sized suite.
 
-    .venv/bin/python bench/collection.py              # 3 repetitions, about 3-4 minutes
-    .venv/bin/python bench/collection.py --reps 1
+    .venv/bin/python performance/collection.py              # 3 repetitions, about 3-4 minutes
+    .venv/bin/python performance/collection.py --reps 1
 
 Generates RSVQA-HR test split files in the real format (`USGS_split_test_questions.json` and
 `..._answers.json`): 222,684 active questions over 2,226 images, in per-image blocks with
@@ -24,7 +24,7 @@ plugin's whole benchmarks/test_rsvqa.py with and without `-k rsvqa_lr`: the plug
 from the -k expression that no HR item can be selected and never reads the HR files.
 
 CPU (user+sys) and peak RSS come from os.wait4 on each pytest process; runs rotate their
-order every repetition and the table shows medians. Results go to bench/out/collection.json.
+order every repetition and the table shows medians. Results go to performance/out/collection.json.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from _measure import measured, write_result  # bench/ is on sys.path when run as a script
+from _measure import measured, write_result  # performance/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "bench" / "out"
+OUT = REPO / "performance" / "out"
 
 HR_QUESTIONS = 222_684
 HR_IMAGES = 2_226

@@ -1,8 +1,8 @@
 """Fleet: the plugin, with default options, against simulated continuous-batching servers.
 
-    .venv/bin/python bench/fleet.py                 # every scenario (about 6 minutes)
-    .venv/bin/python bench/fleet.py --only hetero,equal4
-    .venv/bin/python bench/fleet.py --sides adaptive,old   # also the pre-adaptive behaviour
+    .venv/bin/python performance/fleet.py                 # every scenario (about 6 minutes)
+    .venv/bin/python performance/fleet.py --only hetero,equal4
+    .venv/bin/python performance/fleet.py --sides adaptive,old   # also the pre-adaptive behaviour
 
 Each server is `tests/fleet_sim.py` in its own process (so the client's CPU is not the
 servers'): an engine step takes base + per_seq x running ms, each running request gains a
@@ -26,7 +26,7 @@ in it. Scenarios (the targets are the issue's):
 
 With `--sides adaptive,old` every scenario also runs with `--concurrency total:64 --concurrency-control
 fixed`, the plugin's behaviour before adaptive limits, in the same invocation.
-Results go to bench/out/fleet.json.
+Results go to performance/out/fleet.json.
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "bench")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "performance")]
 
 from _measure import write_result  # noqa: E402
 from datasets_fake import write_rsvqa  # noqa: E402
 from fleet_sim import EngineParams, SimProcess, fetch_stats  # noqa: E402
 
-OUT = REPO / "bench" / "out"
+OUT = REPO / "performance" / "out"
 TEST_MODULE = 'from pytest_satbench import benchmark_test\n\ntest_rsvqa_lr = benchmark_test("rsvqa_lr")\n'
 OLD = ("--concurrency", "total:64", "--concurrency-control", "fixed")
 BIG = EngineParams(max_num_seqs=256)

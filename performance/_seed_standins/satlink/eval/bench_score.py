@@ -1,4 +1,4 @@
-"""Stand-in for the seed's `satlink.eval.bench_score`, for bench/throughput.py.
+"""Stand-in for the seed's `satlink.eval.bench_score`, for performance/throughput.py.
 
 The seed imports `final_answer`, `pick` and `iou_ok`. They are the plugin's own scorers
 (`pytest_satbench.core.scoring`), so both clients of the benchmark spend the same CPU on

@@ -1,9 +1,9 @@
 """Memory and client CPU of a large run: a synthetic RSVQA-HR suite against a zero-latency server.
 
-    .venv/bin/python bench/memory.py --questions 50000
-    .venv/bin/python bench/memory.py --questions 222600            # the full HR size, ~10 min
-    .venv/bin/python bench/memory.py --questions 20000 --tracemalloc 2000,18000   # where it goes
-    .venv/bin/python bench/memory.py --questions 222600 --py-spy 60   # a CPU profile mid-run
+    .venv/bin/python performance/memory.py --questions 50000
+    .venv/bin/python performance/memory.py --questions 222600            # the full HR size, ~10 min
+    .venv/bin/python performance/memory.py --questions 20000 --tracemalloc 2000,18000   # where it goes
+    .venv/bin/python performance/memory.py --questions 222600 --py-spy 60   # a CPU profile mid-run
 
 What runs: `pytest benchmarks -k rsvqa_hr -q --recon identity` (two arms: the original and
 the identity reconstruction, two requests per question) in a fresh rootdir, against
@@ -29,7 +29,7 @@ Then, unless --no-rerun: the same command again (every answer stored: nothing is
 pytest running the same number of no-op custom items (a conftest whose pytest_collect_file
 yields N trivial `pytest.Item`s), CPU side by side, in alternating order (--reps times).
 
-Results: bench/out/memory-<questions>.json (and the logs next to it).
+Results: performance/out/memory-<questions>.json (and the logs next to it).
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from _server import ZeroLatencyServer  # noqa: E402
-from _measure import write_result  # bench/ is on sys.path when run as a script
+from _measure import write_result  # performance/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "bench" / "out"
+OUT = REPO / "performance" / "out"
 N_STUBS = 1000  # leading inactive records, as in the real split files (which have ~1M)
 TYPES = ("presence", "comp", "count", "area")
 MB = 1024 * 1024

@@ -1,8 +1,8 @@
 """One-D-Piece throughput: crops/s for encode and decode, and the cost of a token-budget sweep.
 
-    .venv/bin/python bench/onedpiece_speed.py                      # CPU: S, fp32, batch 1/4/16
-    .venv/bin/python bench/onedpiece_speed.py --device cuda:0      # GPU: S/B/L, fp32 and bf16
-    .venv/bin/python bench/onedpiece_speed.py --ckpt /w/pytorch_model.bin
+    .venv/bin/python performance/onedpiece_speed.py                      # CPU: S, fp32, batch 1/4/16
+    .venv/bin/python performance/onedpiece_speed.py --device cuda:0      # GPU: S/B/L, fp32 and bf16
+    .venv/bin/python performance/onedpiece_speed.py --ckpt /w/pytorch_model.bin
 
 Without --ckpt the weights are random (speed does not depend on their values). Decode is
 timed at --nlatent tokens (the ViT decoder's cost grows with k; the pixel decoder, which

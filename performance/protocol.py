@@ -1,8 +1,8 @@
 """What pytest's standard per-item protocol costs question items, against the lean one.
 
-    .venv/bin/python bench/protocol.py                     # 10,000 questions, 5 reps
-    .venv/bin/python bench/protocol.py --questions 20000 --reps 3
-    .venv/bin/python bench/protocol.py --baseline-tree /tmp/old   # also an older checkout's lean protocol
+    .venv/bin/python performance/protocol.py                     # 10,000 questions, 5 reps
+    .venv/bin/python performance/protocol.py --questions 20000 --reps 3
+    .venv/bin/python performance/protocol.py --baseline-tree /tmp/old   # also an older checkout's lean protocol
 
 A plugin that needs pytest's standard protocol (pytest-json-report, pytest-rerunfailures with
 --reruns, a conftest.py implementing pytest_runtest_setup/call/teardown) makes a run fall
@@ -17,11 +17,11 @@ look-ahead's store reads and the plugin's bookkeeping), side by side:
   commit before this protocol made its setup and teardown reports through
   pytest_runtest_makereport: `git worktree add /tmp/old <commit>`).
 
-The data is RSVQA-LR's on-disk format (bench/throughput.py's generator), `--questions` over
+The data is RSVQA-LR's on-disk format (performance/throughput.py's generator), `--questions` over
 `--images` images, asked once (the original only) from tests/servers.py's FakeVLM in its own
 process; then each side runs `--reps` times in alternating order, each run's client CPU
 (user+sys) from GNU time or os.wait4. The table shows medians and the difference per item.
-Results go to bench/out/protocol.json.
+Results go to performance/out/protocol.json.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _measure import (  # bench/ is on sys.path when run as a script
+from _measure import (  # performance/ is on sys.path when run as a script
     measured,
     write_result,
 )
@@ -41,7 +41,7 @@ from _server import ZeroLatencyServer
 from throughput import TEST_MODULE, make_data
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "bench" / "out"
+OUT = REPO / "performance" / "out"
 STANDARD_CONFTEST = '''\
 def pytest_runtest_setup(item):
     """A hook the lean protocol does not call: question items run the standard protocol."""

@@ -1,7 +1,7 @@
 """Import cost: what installing the plugin adds to a pytest run that does not use it.
 
-    .venv/bin/python bench/import_cost.py                 # 15 runs of each variant
-    .venv/bin/python bench/import_cost.py --runs 25 --json bench/out/import_cost.json
+    .venv/bin/python performance/import_cost.py                 # 15 runs of each variant
+    .venv/bin/python performance/import_cost.py --runs 25 --json performance/out/import_cost.json
 
 Budget: `pytest -q` on one trivial test may cost at most +30 ms wall and +3 MB peak RSS over
 `pytest -q -p no:satbench` on the same file (the plugin is an entry point, so every pytest
@@ -10,7 +10,7 @@ run in the environment loads it). Exit status 1 with a one-line reason when it d
 Both variants run in the same temporary rootdir (its own pytest.ini, so the project's
 configuration is not read) as fresh child processes of sys.executable, alternating, the order
 flipping every repetition, after warm-up runs that are not counted (bytecode, page cache).
-Wall time and the child's peak RSS come from bench/_measure.py's `measured` (GNU time when
+Wall time and the child's peak RSS come from performance/_measure.py's `measured` (GNU time when
 present, so the RSS is the child's and not this process's floor); the deltas are between
 medians.
 
@@ -37,7 +37,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from _measure import measured, write_result  # bench/ is on sys.path when run as a script
+from _measure import measured, write_result  # performance/ is on sys.path when run as a script
 
 PACKAGE = "pytest_satbench"
 BUDGET_WALL_MS = 30.0

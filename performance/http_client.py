@@ -1,10 +1,10 @@
 """HTTP client cost: the plugin's transport against urllib3 (and requests), side by side.
 
-    .venv/bin/python bench/http_client.py                   # 4000 requests per run, 5 reps
-    .venv/bin/python bench/http_client.py --requests 10000 --concurrency 1,64 --reps 3
+    .venv/bin/python performance/http_client.py                   # 4000 requests per run, 5 reps
+    .venv/bin/python performance/http_client.py --requests 10000 --concurrency 1,64 --reps 3
 
 Every side POSTs the same chat-completion body (a ~24 kB base64 image, as the plugin sends)
-to the same zero-latency loopback server in its own process (bench/throughput.py's FakeVLM,
+to the same zero-latency loopback server in its own process (performance/throughput.py's FakeVLM,
 answering "yes"), from `concurrency` threads, each on its own keep-alive connection, and
 reads the whole answer. Sides:
 
@@ -19,7 +19,7 @@ from getrusage), the number that bounds a GIL-bound client at hundreds of questi
 second; requests/s is shown too, but against a Python server on a 2-core machine it mostly
 measures the server. Runs alternate sides and the order rotates every repetition; a fresh
 server per run; the table shows medians and per-repetition ratios to http.client.
-Results go to bench/out/http_client.json.
+Results go to performance/out/http_client.json.
 """
 
 from __future__ import annotations
@@ -36,13 +36,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from _measure import write_result  # bench/ is on sys.path when run as a script
-from throughput import OUT, Server
+from _measure import write_result  # performance/ is on sys.path when run as a script
+from _server import ZeroLatencyServer as Server
+from throughput import OUT
 
 try:
     import urllib3
 except ImportError:  # not a dependency of the plugin: only this comparison needs it
-    raise SystemExit("bench/http_client.py compares against urllib3: .venv/bin/pip install urllib3") from None
+    raise SystemExit("performance/http_client.py compares against urllib3: .venv/bin/pip install urllib3") from None
 
 from pytest_satbench.engine.wire import chat_payload
 from pytest_satbench.engine.transport import Connections
