@@ -49,6 +49,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pytest_satbench.core.usage import percentile
 from pytest_satbench.engine.concurrency import ConcurrencySpec
+from pytest_satbench.engine.config import config_default
 from pytest_satbench.engine.failures import (
     PROXY_ADVICE,
     AttemptFailed,
@@ -61,7 +62,6 @@ from pytest_satbench.engine.failures import (
 )
 from pytest_satbench.engine.limits import EngineMetrics, Limiter, LimitPoint
 from pytest_satbench.engine.transport import (
-    MAX_BODY_BYTES,
     Connections,
     ProxySettings,
     TransportError,
@@ -84,8 +84,8 @@ __all__ = [
 ]
 
 # Defaults of ServerPool's caps: a reply body (bytes) and an answer's stored text (characters).
-MAX_REPLY_BYTES = MAX_BODY_BYTES
-MAX_TEXT_CHARS = 64 * 1024
+MAX_REPLY_BYTES = config_default("max_reply_bytes")
+MAX_TEXT_CHARS = config_default("max_answer_chars")
 # The control thread's period: limits move at most this often, /metrics is read this often.
 CONTROL_PERIOD_S = 0.25
 # A /metrics page slower than this is skipped for this tick (the limiter holds).
@@ -292,7 +292,8 @@ class ServerPool:
     an int is a fixed cap on the whole pool, shared by fewest in flight.
     """
 
-    def __init__(self, urls: Sequence[str], *, timeout: float = 600.0, retries: int = 4,
+    def __init__(self, urls: Sequence[str], *, timeout: float = config_default("request_timeout"),
+                 retries: int = config_default("retries"),
                  concurrency: ConcurrencySpec | int = ConcurrencySpec(), api_key: str | None = None,
                  backoff_base: float = 0.5, backoff_max: float = 30.0,
                  connect_timeout: float = 10.0, proxies: ProxySettings | None = None,

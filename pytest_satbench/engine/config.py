@@ -7,17 +7,23 @@ engine never sees pytest's config or session, so it can be driven from a script 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_satbench.codecs.base import ArmSpec
 from pytest_satbench.core.prompts import DEFAULT_STYLE
 from pytest_satbench.engine.concurrency import ConcurrencySpec
+
+if TYPE_CHECKING:  # (the codecs' registry loads entry points: not at every pytest start-up)
+    from pytest_satbench.codecs.base import ArmSpec
 
 
 @dataclass(frozen=True)
 class RuntimeConfig:
+    """Every engine setting, with its default: the one place an engine default is written.
+    The option table (`plugin/options.py`, `Option(config=...)`) and the engine's
+    constructors read a default here (`config_default`); no other place repeats it."""
+
     run_id: str
     tag: str
     urls: tuple[str, ...]  # OpenAI-compatible base URLs (the builtin server's, once started)
@@ -89,3 +95,13 @@ class RuntimeConfig:
             "tag": self.tag,
             "judge": {"server": self.judge_url, "model": judge_model} if self.judge_url else None,
         })
+
+
+def config_default(name: str) -> Any:
+    """`RuntimeConfig`'s default for one field (KeyError: no such field, or none given)."""
+    f = RuntimeConfig.__dataclass_fields__[name]
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    raise KeyError(f"RuntimeConfig.{name} has no default")

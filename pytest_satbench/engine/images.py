@@ -26,6 +26,7 @@ from PIL import Image, UnidentifiedImageError
 from pytest_satbench.codecs.base import Codec
 from pytest_satbench.core.arms import ORIG
 from pytest_satbench.core.question import ImageRef
+from pytest_satbench.engine.config import config_default
 from pytest_satbench.engine.fingerprint import PIPELINE_VERSION
 from pytest_satbench.engine.store import ImageInfo, ResultStore
 
@@ -68,7 +69,7 @@ class ImagePipeline:
         codecs: list[Codec],
         *,
         store: ResultStore | None = None,
-        cache_images: int = 256,
+        cache_images: int = config_default("cache_images"),
         workers: int = 2,
         disk_cache: object | None = None,
     ) -> None:

@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from pytest_satbench.engine.config import config_default
+
 __all__ = ["IDLE_MAX_S", "MAX_BODY_BYTES", "Connections", "Proxy", "ProxySettings", "Response", "TransportError"]
 
 # A connection idle longer than this is closed instead of reused: servers close idle
@@ -65,7 +67,7 @@ __all__ = ["IDLE_MAX_S", "MAX_BODY_BYTES", "Connections", "Proxy", "ProxySetting
 IDLE_MAX_S = 4.0
 # Default cap on a reply body: a chat completion is a few kB; the /v1/models list of a large
 # provider (OpenRouter) is under 1 MB.
-MAX_BODY_BYTES = 8 * 2**20
+MAX_BODY_BYTES = config_default("max_reply_bytes")  # the reply cap (--max-reply-bytes)
 _PIECE = 64 * 1024  # bytes per read of a body: the most read past the cap before it fails
 
 # http.client reports a refused CONNECT only as this text in an OSError.

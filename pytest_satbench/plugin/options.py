@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
-from pytest_satbench.core.prompts import DEFAULT_STYLE
 from pytest_satbench.engine.concurrency import ConcurrencySpec
 
 if TYPE_CHECKING:
@@ -281,6 +280,17 @@ class Option:
     build: Callable[[Mapping[str, Any]], Any] | None = None
     # with `build`: the Settings value it makes from the defaults, where that is not `default`
     built_default: Any = None
+    # the `RuntimeConfig` field it fills (engine/config.py); its default is that field's, written
+    # there only (`default` stays unset)
+    config: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.config is not None:
+            from pytest_satbench.engine.config import config_default
+
+            if self.default is not None:
+                raise ValueError(f"{self.flag}: the default of an engine setting is RuntimeConfig.{self.config}'s")
+            object.__setattr__(self, "default", config_default(self.config))
 
     @property
     def dest(self) -> str:
@@ -328,14 +338,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("--servers", "comma-separated OpenAI-compatible base URLs, or 'builtin' for the bundled reference server",
            default=((), False), parse=_servers, fields=("servers", "builtin_server"), ini="satbench_servers",
            metavar="URLS", default_doc="none"),
-    Option("--model", "model id to request", ini="satbench_model", metavar="ID",
+    Option("--model", "model id to request", ini="satbench_model", metavar="ID", config="model",
            default_doc="the one model the servers list at /v1/models"),
     Option("--data-root", "folder holding the benchmarks", default=(None, ""), parse=_data_root,
            fields=("data_root", "data_root_source"), fallback=_data_root_from_env, ini="satbench_data_root",
            metavar="DIR", default_doc="$SATBENCH_DATA_ROOT, else $TOKLIP_ROOT/data"),
     Option("--limit", "N questions per benchmark, each question type in proportion to its size (at least one "
            "per type), fixed seed",
-           parse=_limit, metavar="N", default_doc="all"),
+           parse=_limit, metavar="N", default_doc="all", config="limit"),
     Option("--recon", "reconstruction arm, repeatable: identity | jpeg:quality=Q | resize:factor=F | "
            "onedpiece:ckpt=PATH,...", kind="list", default=(), fields=("arms",), build=_arms,
            ini="satbench_recon", metavar="SPEC", default_doc="none, the original only"),
@@ -347,7 +357,8 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="cuda:0 if torch sees a GPU, else cpu"),
     Option("--recon-gpu", "the seed's spelling: --recon-gpu 7 is --recon-device cuda:7", parse=_gpu_index,
            fields=(), metavar="N"),
-    Option("--max-new", "max_tokens per answer", default=1024, parse=integer(), ini="satbench_max_new", metavar="N"),
+    Option("--max-new", "max_tokens per answer", parse=integer(), ini="satbench_max_new", metavar="N",
+           config="max_new"),
     Option("--concurrency", "cap on requests in flight: N per server, or total:N across all servers; under the "
            "cap each server's limit adapts to what it can take (caps are for the whole run: xdist workers share "
            "them)", default=(None, None), parse=_concurrency, ini="satbench_concurrency", metavar="auto|N|total:N",
@@ -359,54 +370,55 @@ OPTIONS: tuple[Option, ...] = (
     Option("--metrics", "auto: steer limits by a server's vLLM /metrics when it serves them; off: by latency and "
            "throughput alone", default="auto", choices=("auto", "off"), ini="satbench_metrics",
            fields=("concurrency",), build=_concurrency_spec, built_default=ConcurrencySpec()),
-    Option("--cache-images", "prepared images kept in memory", default=256, parse=integer(),
-           ini="satbench_cache_images", metavar="N"),
+    Option("--cache-images", "prepared images kept in memory", parse=integer(),
+           ini="satbench_cache_images", metavar="N", config="cache_images"),
     Option("--request-timeout", "deadline of one request attempt, whole (connect, send, receive), in seconds",
-           default=600.0, parse=seconds(), ini="satbench_request_timeout", metavar="S"),
+           parse=seconds(), ini="satbench_request_timeout", metavar="S", config="request_timeout"),
     Option("--retries", "retries of a transient failure: connection, timeout, 429, 5xx, a 200 without an answer, "
-           "a reply from another model", default=4, parse=integer(minimum=0), ini="satbench_retries", metavar="N"),
+           "a reply from another model", parse=integer(minimum=0), ini="satbench_retries", metavar="N",
+           config="retries"),
     Option("--give-up-after", "stop asking when no server has answered for this many seconds while requests "
            "fail (a rerun resumes)", default=120.0, parse=seconds(), ini="satbench_give_up_after", metavar="S"),
-    Option("--max-reply-bytes", "a reply body larger than this is a failure (a runaway answer)", default=8 * 2**20,
-           parse=integer(), metavar="N"),
+    Option("--max-reply-bytes", "a reply body larger than this is a failure (a runaway answer)",
+           parse=integer(), metavar="N", config="max_reply_bytes"),
     Option("--max-answer-chars", "the stored answer text is clipped to this many characters (flagged clipped)",
-           default=64 * 1024, parse=integer(), metavar="N"),
+           parse=integer(), metavar="N", config="max_answer_chars"),
     Option("--allow-model-alias", "a model id the servers may answer with instead of --model, repeatable or "
-           "comma-separated (OpenRouter's dated ids)", kind="list", default=(), parse=_aliases,
-           fields=("model_aliases",), metavar="ID"),
+           "comma-separated (OpenRouter's dated ids)", kind="list", parse=_aliases,
+           fields=("model_aliases",), metavar="ID", config="model_aliases"),
     Option("--tag", "name of this run's report folder under reports/<benchmark>/", default="default",
            parse=_tag, metavar="NAME"),
     Option("--store", "the results store (SQLite); put it on local disk, not NFS/Lustre/GPFS", parse=_store,
            ini="satbench_store", metavar="PATH", default_doc=".pytest_cache/d/satbench/results.sqlite"),
     Option("--store-recover", "move a corrupt results store aside (renamed .corrupt-<time>) and start a new one",
            kind="flag", default=False),
-    Option("--fresh", "ignore stored answers and ask again", kind="flag", default=False),
+    Option("--fresh", "ignore stored answers and ask again", kind="flag", config="fresh"),
     Option("--fail-on", "what fails an item: 'error' (transport/server failures) or 'regression' "
            "(also orig right, recon wrong)", default="error", choices=("error", "regression")),
-    Option("--prompt-style", "prompt convention: geocot, geochat, qwen2vl or qwen25vl", default=DEFAULT_STYLE, parse=_prompt_style,
-           ini="satbench_prompt_style", metavar="STYLE"),
+    Option("--prompt-style", "prompt convention: geocot, geochat, qwen2vl or qwen25vl", parse=_prompt_style,
+           ini="satbench_prompt_style", metavar="STYLE", config="prompt_style"),
     Option("--box-grid", "grid of the model's boxes", choices=("1000", "100", "pixels"), ini="satbench_box_grid",
-           default_doc="from the prompt style"),
-    Option("--iou", "IoU convention for grounding: inclusive (VRSBench's +1) or continuous", default="inclusive",
-           choices=("inclusive", "continuous")),
+           default_doc="from the prompt style", config="box_grid"),
+    Option("--iou", "IoU convention for grounding: inclusive (VRSBench's +1) or continuous",
+           choices=("inclusive", "continuous"), config="iou"),
     Option("--judge", "LLM judge for the VRSBench answers its official rules leave undecided: an "
            "OpenAI-compatible server and optionally its model", default=(None, None), parse=_judge,
            fields=("judge_url", "judge_model"), ini="satbench_judge", metavar="URL[,MODEL]",
            default_doc="none: VRSBench's official view is rules only, a lower bound"),
-    Option("--blind", "also ask every question with no image (language-prior control)", kind="flag", default=False),
+    Option("--blind", "also ask every question with no image (language-prior control)", kind="flag", config="blind"),
     Option("--gate", "accuracy gate, repeatable: [BENCHMARK[/TYPE]:][FIGURE:]METRIC OP NUMBER; without FIGURE "
            "it reads the benchmark's headline (RSVQA: the original protocol's OA), 'exact:' exact match, e.g. "
            "'rsvqa_lr:recon>=0.80', 'rsvqa_lr:published:orig>=0.92', 'delta>=-2.0'", kind="list", default=(), parse=_gates, fields=("gates",),
            ini="satbench_gates", ini_adds=True, metavar="EXPR", default_doc="none"),
     Option("--repeat-orig", "noise floor: ask the original K times in all on a sample of questions and report "
-           "how often the verdict flips", default=0, parse=_repeat_orig, metavar="K", default_doc="off"),
+           "how often the verdict flips", parse=_repeat_orig, metavar="K", default_doc="off", config="repeat_orig"),
     Option("--repeat-sample", "questions per benchmark in the --repeat-orig sample", default=200, parse=integer(),
            metavar="N"),
     Option("--bootstrap", "bootstrap resamples for the intervals", default=1000, parse=integer(minimum=0),
            metavar="N"),
     Option("--no-reports", "do not write reports/<benchmark>/<tag>/", kind="flag", default=True, fields=("reports",)),
     Option("--allow-protocol-change", "allow a run to be reported under a --tag measured with another model or "
-           "dataset version", kind="flag", default=False),
+           "dataset version", kind="flag", config="allow_protocol_change"),
     Option("--export-jsonl", "write every stored row to reports/results.jsonl at the end", kind="flag",
            default=False),
     Option("--progress-every", "the progress line (answered/total, q/s over the last minute, elapsed, ETA, "

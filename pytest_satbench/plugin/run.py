@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_satbench.plugin.items import QuestionFailed, QuestionItem
+from pytest_satbench.plugin.options import OPTIONS
 from pytest_satbench.plugin.outcomes import ERROR, REGRESSED, classify, failure_message, regression_message, teststatus
 from pytest_satbench.plugin.protocol import run_question_item
 from pytest_satbench.plugin.signals import StopSignals
@@ -140,22 +141,21 @@ class RunController:
             urls = (url,)
         # --concurrency's caps are for the whole run: xdist workers share them
         workers = int(workerinput.get("workercount", 1) or 1)
+        # each option names the field it fills (`Option.config`); the rest is this run's
+        given = {opt.config: getattr(s, opt.settings_fields[0]) for opt in OPTIONS if opt.config}
+        cache_bytes = os.environ.get("SATBENCH_RECON_CACHE_BYTES")
         return RuntimeConfig(
+            **given,
             run_id=state.run_id, tag=s.tag, urls=urls, store_path=state.store_path,
             recon_cache_dir=state.cache_dir("satbench-recon"),
-            recon_cache_bytes=int(os.environ.get("SATBENCH_RECON_CACHE_BYTES", 20 * 2**30)),
-            arms=s.arms, model=s.model, max_new=s.max_new, prompt_style=s.prompt_style,
-            box_grid=s.box_grid, iou=s.iou, blind=s.blind, fresh=s.fresh,
-            concurrency=s.concurrency.split(workers), cache_images=s.cache_images,
-            request_timeout=s.request_timeout, retries=s.retries, api_key=s.api_key,
-            judge_url=s.judge_url, judge_model=s.judge_model, max_reply_bytes=s.max_reply_bytes,
-            max_answer_chars=s.max_answer_chars, model_aliases=s.model_aliases, on_server_state=self._server_state,
-            allow_protocol_change=s.allow_protocol_change, repeat_orig=s.repeat_orig,
+            **({"recon_cache_bytes": int(cache_bytes)} if cache_bytes else {}),
+            arms=s.arms, concurrency=s.concurrency.split(workers), api_key=s.api_key,
+            judge_url=s.judge_url, judge_model=s.judge_model, on_server_state=self._server_state,
             repeat_keys=frozenset(state.repeat_keys), score_views=dict(state.score_views),
             process=str(workerinput.get("workerid", "main")),
             command=("pytest", *state.config.invocation_params.args),
             servers_shown=("builtin reference server",) if s.builtin_server else (),
-            dataset_hashes=state.dataset_hashes, limit=s.limit, planned=state.planned,
+            dataset_hashes=state.dataset_hashes, planned=state.planned,
         )
 
     def _upcoming(self, session: pytest.Session, items: list[QuestionItem]) -> Iterator[QuestionItem]:
