@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_satbench.core import arms as A
+from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.labels import NOTE, Aggregate, Labels, notes
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
@@ -180,7 +181,7 @@ def benchmark_results(
     labels: Labels = Labels(),
     traffic: Mapping[str, ServerTraffic] | None = None,
     limits: Sequence[LimitTrace] = (),
-    iterations: int = 1000,
+    iterations: int = BOOTSTRAP,
     seed: int = 0,
     unfinished: bool = False,
     each: Callable[[QuestionResult], None] | None = None,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.engine.concurrency import ConcurrencySpec
 
 if TYPE_CHECKING:
@@ -414,7 +415,7 @@ OPTIONS: tuple[Option, ...] = (
            "how often the verdict flips", parse=_repeat_orig, metavar="K", default_doc="off", config="repeat_orig"),
     Option("--repeat-sample", "questions per benchmark in the --repeat-orig sample", default=200, parse=integer(),
            metavar="N"),
-    Option("--bootstrap", "bootstrap resamples for the intervals", default=1000, parse=integer(minimum=0),
+    Option("--bootstrap", "bootstrap resamples for the intervals", default=BOOTSTRAP, parse=integer(minimum=0),
            metavar="N"),
     Option("--no-reports", "do not write reports/<benchmark>/<tag>/", kind="flag", default=True, fields=("reports",)),
     Option("--allow-protocol-change", "allow a run to be reported under a --tag measured with another model or "

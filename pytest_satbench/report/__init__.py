@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.analysis import analyse
 from pytest_satbench.core.results import BenchmarkResult, QuestionResult
 from pytest_satbench.engine.store import ResultStore
@@ -38,7 +39,7 @@ def write_reports(
     out_root: Path,
     *,
     gates: list[dict[str, Any]] | None = None,
-    iterations: int = 1000,
+    iterations: int = BOOTSTRAP,
     recon_cache: Path | None = None,
     gallery_limit: int = MAX_GALLERY,
 ) -> list[Path]:

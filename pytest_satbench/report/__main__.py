@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from pytest_satbench.core.defaults import BOOTSTRAP
+
 DEFAULT_STORE = Path(".pytest_cache") / "d" / "satbench" / "results.sqlite"
 
 
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true",
                     help="list the runs in the store, newest first, with their questions, answered, errors and "
                          "missing, and exit")
-    ap.add_argument("--iterations", type=int, default=1000, help="bootstrap resamples (default: 1000)")
+    ap.add_argument("--iterations", type=int, default=BOOTSTRAP, help=f"bootstrap resamples (default: {BOOTSTRAP})")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"),
                     help="paired comparison of B against A, each TAG (its orig arm), TAG:ARM or :ARM (an arm of the "
                          "newest run's tag); written to OUT/<benchmark>/compare/<A>-vs-<B>/")

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from pytest_satbench.core import arms as A
+from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.records import ServerTraffic
 from pytest_satbench.core.results import (
     BenchmarkResult,
@@ -39,7 +40,7 @@ __all__ = ["Each", "collect", "tag_runs", "token_curve"]
 Each = Callable[[str, str], Callable[[QuestionResult], None] | None]
 
 
-def collect(store: ResultStore, run_id: str, *, iterations: int = 1000, seed: int = 0,
+def collect(store: ResultStore, run_id: str, *, iterations: int = BOOTSTRAP, seed: int = 0,
             each: Each | None = None,
             figure_parts: Callable[[str], Iterable[tuple[str | None, str]]] | None = None) -> list[BenchmarkResult]:
     """Every benchmark the run recorded questions of, re-scored and summarised over every

@@ -30,6 +30,7 @@ from typing import Any
 
 from pytest_satbench.core import arms as A
 from pytest_satbench.core import formatting as F
+from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.compare import (
     Comparison,
     ComparisonRow,
@@ -271,7 +272,7 @@ class ComparisonReport:
 
 
 def run_comparison(store: ResultStore, spec_a: str, spec_b: str, *, benchmark: str | None = None,
-                   allow_different_data: bool = False, iterations: int = 1000, seed: int = 0) -> list[ComparisonReport]:
+                   allow_different_data: bool = False, iterations: int = BOOTSTRAP, seed: int = 0) -> list[ComparisonReport]:
     """The comparison of A and B per benchmark both have (or `benchmark`). Raises CompareError
     (one line) for an unknown tag or arm, no benchmark in common, data that differs without
     `allow_different_data`, a question key twice in one side, or no question in common in any
