@@ -318,14 +318,7 @@ class QuestionRunner:
             self.store.put(row)
             return ArmResult(arm, "error", error=f"judge: {exc}", row=row)
         verdict = J.judge_verdict(answer.text)
-        row = AnswerRow(
-            nodeid=job.nodeid, arm=arm, fingerprint=fp, status="ok", benchmark=job.question.benchmark,
-            question_key=job.question.key, image_id=job.question.image.id, text=answer.text,
-            extracted=answer.text.strip()[:32], correct=verdict, parsed=True, finish_reason=answer.finish_reason,
-            latency_s=answer.latency_s, prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
-            cost=answer.cost, model=answer.model, server=answer.server, attempts=answer.attempts, run_id=self.run_id,
-            clipped=answer.clipped, reasoning_chars=answer.reasoning_chars,
-        )
+        row = self._answer_row(job, arm, fp, answer, extracted=answer.text.strip()[:32], correct=verdict, parsed=True)
         self.store.put(row)
         return ArmResult(arm, "ok", text=answer.text, finish_reason=answer.finish_reason, latency_s=answer.latency_s,
                          row=row)
@@ -349,32 +342,9 @@ class QuestionRunner:
         sc = score(job.question, answer.text, self.score_options(job.question, size))
         if answer.model and answer.model != self.settings.model:  # an allowed alias answered
             fp = self.fingerprints(job, answer.model)[0][arm]
-        row = AnswerRow(
-            nodeid=job.nodeid,
-            arm=arm,
-            fingerprint=fp,
-            status="ok",
-            benchmark=job.question.benchmark,
-            question_key=job.question.key,
-            image_id=job.question.image.id,
-            text=answer.text,
-            extracted=sc.extracted,
-            correct=sc.correct,
-            parsed=sc.parsed,
-            finish_reason=answer.finish_reason,
-            latency_s=answer.latency_s,
-            prompt_tokens=answer.prompt_tokens,
-            completion_tokens=answer.completion_tokens,
-            cost=answer.cost,
-            model=answer.model,
-            server=answer.server,
-            attempts=answer.attempts,
-            image_sha256=arm_image.sha256 if arm_image else None,
-            image_tokens=arm_image.tokens if arm_image else None,
-            run_id=self.run_id,
-            clipped=answer.clipped,
-            reasoning_chars=answer.reasoning_chars,
-        )
+        row = self._answer_row(job, arm, fp, answer, extracted=sc.extracted, correct=sc.correct, parsed=sc.parsed,
+                               image_sha256=arm_image.sha256 if arm_image else None,
+                               image_tokens=arm_image.tokens if arm_image else None)
         self.store.put(row)
         return ArmResult(
             arm, "ok", text=answer.text, score=sc, finish_reason=answer.finish_reason,
@@ -388,6 +358,19 @@ class QuestionRunner:
         return ArmResult(
             row.arm, "ok", text=row.text, score=sc, finish_reason=row.finish_reason,
             from_store=True, latency_s=row.latency_s, image_tokens=row.image_tokens, row=row,
+        )
+
+    def _answer_row(self, job: Job, arm: str, fp: str, answer: Answer, *, extracted: str, correct: bool,
+                    parsed: bool, image_sha256: str | None = None, image_tokens: int | None = None) -> AnswerRow:
+        """The stored row of an answer (a model's, or a judge's verdict), as the server gave it."""
+        return AnswerRow(
+            nodeid=job.nodeid, arm=arm, fingerprint=fp, status="ok", benchmark=job.question.benchmark,
+            question_key=job.question.key, image_id=job.question.image.id, text=answer.text,
+            extracted=extracted, correct=correct, parsed=parsed, finish_reason=answer.finish_reason,
+            latency_s=answer.latency_s, prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
+            cost=answer.cost, model=answer.model, server=answer.server, attempts=answer.attempts,
+            image_sha256=image_sha256, image_tokens=image_tokens, run_id=self.run_id, clipped=answer.clipped,
+            reasoning_chars=answer.reasoning_chars,
         )
 
     def _error_row(self, job: Job, arm: str, fp: str, error: str) -> AnswerRow:

@@ -13,23 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from client_helpers import FAST, ask, no_proxy_environment  # noqa: F401 (an autouse fixture)
 from servers import Fail, FakeVLM, chat_completion, one_line
 
 from pytest_satbench.engine.client import Answer, ServerPool
 from pytest_satbench.engine.failures import RequestFailed
-
-FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "timeout": 5.0, "connect_timeout": 2.0}
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
-
-
-def ask(pool: ServerPool, prompt: str = "q") -> Answer:
-    return pool.ask(model="m", prompt=prompt, image_jpeg=b"\xff\xd8jpeg", max_tokens=16)
 
 
 def ask_many(pool: ServerPool, n: int, threads: int = 8) -> list[Answer]:
