@@ -133,6 +133,9 @@ class BenchmarkResult:
     # (figure, type) -> that figure over one type's questions, each decided by the figure's
     # verdict for it: the parts gates asked for (`benchmark_results(figure_parts=...)`)
     figure_parts: dict[tuple[str, str], AggregateStats] = field(default_factory=dict)
+    # --precision / --margin: the confidence sequences rebuilt from the stored answers in the
+    # run's order, summary.json's "sequential" block (`core.early_stop.replay`); None without
+    sequential: dict[str, Any] | None = None
 
     @property
     def questions(self) -> int:

@@ -49,6 +49,10 @@ def _cell(x: float | None) -> str:
 
 def not_run_line(result: BenchmarkResult) -> str:
     """What an incomplete run says of itself (terminal and reports)."""
+    seq = result.sequential
+    if seq and seq.get("stopped") and result.not_run and not result.unfinished:
+        return (f"stopped early ({seq['reason']}): {result.not_run} of the {result.questions} questions selected "
+                f"were not needed and are in no figure here; the same command without --precision/--margin asks them")
     head = "run unfinished (interrupted or stopped)" if result.unfinished else "run incomplete"
     if len(result.runs) <= 1:
         return (f"{head}: {result.not_run} of the {result.questions} questions selected never ran "

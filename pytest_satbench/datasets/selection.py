@@ -110,3 +110,24 @@ def repeat_sample(questions: list[Question], n: int) -> set[tuple[str, str]]:
     """A fixed pseudo-random sample (by hash of benchmark and key), spread over images."""
     ranked = sorted(questions, key=lambda q: hashlib.sha1(f"{q.benchmark}:{q.key}".encode()).hexdigest())
     return {(q.benchmark, q.key) for q in ranked[:n]}
+
+
+def random_image_order(questions: Iterable[Question], seed: int) -> list[Question]:
+    """--order random: the images in a seeded random order, each image's questions together
+    and in their own order (one reconstruction per image, as in the dataset order).
+
+    An image's place is the digest of `(seed, benchmark, image id)`, not a shuffle of the
+    list: the order of any two images does not depend on which other images are selected
+    (`--limit`, `-k`), on file order or on Python's hash seed, so the same seed asks the same
+    images in the same order on every run, a rerun included. Any prefix of it is a uniform
+    random sample of the images without replacement (the premise of `core.sequential`)."""
+    by_image: dict[str, list[Question]] = {}
+    for q in questions:
+        by_image.setdefault(q.image.id, []).append(q)
+    ranked = sorted(by_image.items(), key=lambda kv: image_rank(seed, kv[1][0].benchmark, kv[0]))
+    return [q for _, qs in ranked for q in qs]
+
+
+def image_rank(seed: int, benchmark: str, image_id: str) -> str:
+    """An image's place in `--order random` (see `random_image_order`)."""
+    return hashlib.sha256(f"order:{seed}:{benchmark}:{image_id}".encode()).hexdigest()

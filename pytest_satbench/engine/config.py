@@ -62,6 +62,11 @@ class RuntimeConfig:
     dataset_hashes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     limit: int | None = None
     planned: Mapping[str, int] = field(default_factory=dict)  # questions selected per benchmark
+    # the order images are asked in: {"kind": "dataset"} or {"kind": "random", "seed": N}
+    order: Mapping[str, Any] = field(default_factory=lambda: {"kind": "dataset"})
+    # --precision / --margin, per benchmark: the rule, the lag and the images in the order
+    # asked with their question counts (a report rebuilds the sequences from them)
+    sequential: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def arm_names(self) -> list[str]:
@@ -94,6 +99,8 @@ class RuntimeConfig:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "tag": self.tag,
             "judge": {"server": self.judge_url, "model": judge_model} if self.judge_url else None,
+            "order": dict(self.order),
+            **({"sequential": {k: dict(v) for k, v in self.sequential.items()}} if self.sequential else {}),
         })
 
 

@@ -48,6 +48,11 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_satbench.plugin import progress
 
         progress.register(config)  # the live progress line (--progress-every)
+        if settings.stopping_rule:  # --precision / --margin
+            from pytest_satbench.plugin.sequential import NAME, SEQUENTIAL_KEY, Sequential
+
+            seq = config.stash[SEQUENTIAL_KEY] = Sequential(state)
+            pm.register(seq, NAME)
         # pytest's --nf plugin rewrites a file of every node id ever seen on every run
         # (9 MB at 222k ids) and re-reads it at every start; benchmark runs don't need it.
         nf = config.pluginmanager.get_plugin("nfplugin")

@@ -94,6 +94,10 @@ class Collection:
                 questions, unreadable = list(exc.questions), list(exc.failed)
             except DatasetError as exc:
                 return [DatasetErrorItem.from_parent(collector, name=name, message=str(exc))]
+            if self.settings.asking_order == "random":  # --order random: image groups in a seeded order
+                from pytest_satbench.datasets.selection import random_image_order
+
+                questions = random_image_order(questions, self.settings.seed)
             for line in notes(questions):
                 self.notes.append(f"satbench: {bench.name}: {line}")  # said after collection
             if state.with_servers:

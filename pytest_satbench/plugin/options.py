@@ -165,6 +165,16 @@ def _limit(where: str, raw: str) -> int | None:
     return integer(minimum=0)(where, raw) or None  # 0 is "no limit", as an absent --limit
 
 
+def _points(where: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise pytest.UsageError(f"{where}: expected a number of points, e.g. 4 or 2.5, got {raw!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise pytest.UsageError(f"{where}: must be a positive number of points, got {raw!r}")
+    return value
+
+
 def _repeat_orig(where: str, raw: str) -> int:
     k = integer(minimum=0)(where, raw)
     if k == 1:
@@ -347,6 +357,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("--limit", "N questions per benchmark, each question type in proportion to its size (at least one "
            "per type), fixed seed",
            parse=_limit, metavar="N", default_doc="all", config="limit"),
+    Option("--order", "the order images are asked in, each image's questions together: dataset (sorted by image "
+           "id) or random (a seeded random order of the images, so a run stopped at any point is a random sample "
+           "of the benchmark)", choices=("dataset", "random"), metavar="dataset|random",
+           default_doc="random with --precision or --margin, else dataset"),
+    Option("--seed", "seed of --order random (the same seed asks the images in the same order)", default=0,
+           parse=integer(minimum=0), metavar="N"),
+    Option("--precision", "stop asking a benchmark once every reconstruction arm's confidence sequence of the "
+           "paired delta (with no --recon: of the accuracy) is at most POINTS wide; the questions not needed are "
+           "skipped (docs/statistics.md)", parse=_points, metavar="POINTS", default_doc="off"),
+    Option("--margin", "stop asking a benchmark once every reconstruction arm's paired delta is decided against "
+           "-M points: its confidence sequence lies entirely above -M (within M points of the original) or "
+           "entirely below; needs --recon; with --precision, whichever comes first", parse=_points, metavar="M",
+           default_doc="off"),
     Option("--recon", "reconstruction arm, repeatable: identity | jpeg:quality=Q | resize:factor=F | "
            "onedpiece:ckpt=PATH,...", kind="list", default=(), fields=("arms",), build=_arms,
            ini="satbench_recon", metavar="SPEC", default_doc="none, the original only"),
@@ -466,6 +489,10 @@ class Settings:
     data_root: Path | None = _D["data_root"]
     data_root_source: str = _D["data_root_source"]
     limit: int | None = _D["limit"]
+    order: str | None = _D["order"]
+    seed: int = _D["seed"]
+    precision: float | None = _D["precision"]
+    margin: float | None = _D["margin"]
     arms: tuple[ArmSpec, ...] = _D["arms"]
     max_new: int = _D["max_new"]
     concurrency: ConcurrencySpec = _D["concurrency"]
@@ -496,6 +523,17 @@ class Settings:
     reports: bool = _D["reports"]
     # not an option: a secret belongs in the environment, not on a command line or in an ini file
     api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def stopping_rule(self) -> bool:
+        """--precision or --margin: a benchmark may stop being asked before its end."""
+        return self.precision is not None or self.margin is not None
+
+    @property
+    def asking_order(self) -> str:
+        """The order images are asked in: --order, else random under a stopping rule (a prefix
+        of the dataset order is one region, not a sample of the benchmark), else dataset."""
+        return self.order or ("random" if self.stopping_rule else "dataset")
 
 
 def _given(config: pytest.Config, opt: Option) -> tuple[Any, str] | None:
@@ -537,6 +575,9 @@ def parse_settings(config: pytest.Config) -> Settings:
             kwargs[names[0]] = value
         elif names:
             kwargs.update(zip(names, value, strict=True))
+    if kwargs["margin"] is not None and not kwargs["arms"]:
+        raise pytest.UsageError("--margin: it decides a reconstruction arm's paired delta; pass --recon too, or "
+                                "use --precision for the accuracy alone")
     api_key = os.environ.get("SATBENCH_API_KEY") or os.environ.get("OPENAI_API_KEY")
     return Settings(**kwargs, api_key=api_key)
 

@@ -51,6 +51,7 @@ class RunController:
         self._outcomes: dict[str, str] = {}  # node id -> outcome, from runtest to its report
         self._server_lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # from request threads
         self._stopped = threading.Event()
+        self._seq: dict[str, list[Any]] = {}  # node id -> what its report carries for --precision/--margin
 
     @property
     def settings(self) -> Settings:
@@ -96,7 +97,15 @@ class RunController:
         items = [i for i in session.items if isinstance(i, QuestionItem)]
         if items and not state.is_controller() and not session.config.option.collectonly:
             state.planned = dict(Counter(i.question.benchmark for i in items))
-            self._start(self._upcoming(session, items))
+            upcoming = self._upcoming(session, items)
+            seq = self._sequential()
+            if seq is not None:  # --precision / --margin: images numbered in the order they run
+                from pytest_satbench.plugin.xdist import queued_for
+
+                s = self.settings
+                seq.start(items, queued_for(s.concurrency, 1 if s.builtin_server else len(s.servers)))
+                upcoming = seq.gate(upcoming, self._stopped.is_set)
+            self._start(upcoming)
         try:
             return (yield)
         except KeyboardInterrupt as exc:
@@ -130,6 +139,11 @@ class RunController:
                 self.state.say(f"satbench: {line}")
         return self._runtime
 
+    def _sequential(self) -> Any:
+        from pytest_satbench.plugin.sequential import SEQUENTIAL_KEY
+
+        return self.state.config.stash.get(SEQUENTIAL_KEY, None)
+
     def _runtime_config(self) -> RuntimeConfig:
         from pytest_satbench.engine.config import RuntimeConfig
 
@@ -156,6 +170,8 @@ class RunController:
             command=("pytest", *state.config.invocation_params.args),
             servers_shown=("builtin reference server",) if s.builtin_server else (),
             dataset_hashes=state.dataset_hashes, planned=state.planned,
+            order={"kind": "random", "seed": s.seed} if s.asking_order == "random" else {"kind": s.asking_order},
+            sequential=seq.protocol() if (seq := self._sequential()) is not None else {},
         )
 
     def _upcoming(self, session: pytest.Session, items: list[QuestionItem]) -> Iterator[QuestionItem]:
@@ -215,12 +231,23 @@ class RunController:
 
         state = self.state
         assert self._runtime is not None, "satbench runtime not started"
+        seq = self._sequential()
+        if seq is not None:
+            not_needed = seq.skip_reason(item, lambda: state.stopped is not None or state.interrupted)
+            if not_needed is not None:  # --precision/--margin was met: reported as skipped, never asked
+                pytest.skip(not_needed)
         try:
             result = self._runtime.result(item, give_up_after=self.settings.give_up_after)
         except GaveUp as exc:  # the wait itself is abandoned: a rerun asks this item again
             state.stop(item.session, SERVERS_GONE_EXIT, str(exc))
             self._outcomes[item.nodeid] = ERROR
             raise QuestionFailed(str(exc)) from None
+        if seq is not None:
+            # an arm with no answer counts as wrong, as in every figure (core/early_stop.py)
+            record = result.record
+            got = seq.item_seq(item, [record is not None and record.correct(a) for a in seq.arms])
+            if got is not None:
+                self._seq[item.nodeid] = got
         try:
             self._runtime.store.record_item(
                 state.run_id, item.nodeid, item.question.benchmark,
@@ -266,6 +293,9 @@ class RunController:
                 outcome = self._compat.call_outcome(item, rep, outcome)
             if outcome is not None:
                 rep.satbench_outcome = outcome
+            seq = self._seq.pop(item.nodeid, None)
+            if seq is not None:
+                rep.satbench_seq = seq  # for the stopping rule, on this process or the xdist controller
             lines = self._drain_server_lines()
             if lines:
                 rep.satbench_lines = lines

@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from pytest_satbench.core import arms as A
 from pytest_satbench.core.defaults import BOOTSTRAP
+from pytest_satbench.core import arms as A
+from pytest_satbench.core.early_stop import replay
 from pytest_satbench.core.records import ServerTraffic
 from pytest_satbench.core.results import (
     BenchmarkResult,
@@ -65,18 +66,43 @@ def collect(store: ResultStore, run_id: str, *, iterations: int = BOOTSTRAP, see
                 (nodeid, qdict, rows) for nodeid, _, qdict, rows in store.run_items(run_id, bench))
         else:
             stored = store.tag_items(ids, bench)
-        out.append(benchmark_results(
+        plan = (protocol.get("sequential") or {}).get(bench)
+        per_image: dict[str, tuple[int, dict[str, float]]] = {}
+        each_one = each(bench, tag) if each is not None else None
+        if plan:
+            each_one = _per_image(per_image, each_one)
+        result = benchmark_results(
             bench, run_id, tag, protocol, _with_sizes(stored, protocol),
             options=score_options(protocol, declared.score_views if declared else frozenset()),
             reported_type=declared.reported_type if declared else (lambda raw: raw),
             labels=_labels(declared, protocol),
             traffic=_traffic(store, ids), limits=limits, iterations=iterations, seed=seed,
             unfinished=run["finished"] is None,
-            each=each(bench, tag) if each is not None else None,
+            each=each_one,
             coverage=_coverage(merged, bench),
             figure_parts=figure_parts(bench) if figure_parts is not None else (),
-        ))
+        )
+        if plan:
+            result.sequential = replay(plan, per_image, protocol.get("arms") or ())
+        out.append(result)
     return out
+
+
+def _per_image(per_image: dict[str, tuple[int, dict[str, float]]],
+               then: Callable[[QuestionResult], None] | None) -> Callable[[QuestionResult], None]:
+    """Counts each image's stored questions and correct answers per arm (an arm with no answer
+    counts as wrong), for `replay`; then hands the question on."""
+
+    def each(it: QuestionResult) -> None:
+        image = it.question.image.id
+        n, correct = per_image.get(image, (0, {}))
+        for arm in it.rows:
+            correct[arm] = correct.get(arm, 0.0) + (1.0 if it.correct(arm) else 0.0)
+        per_image[image] = (n + 1, correct)
+        if then is not None:
+            then(it)
+
+    return each
 
 
 # what an answer measures, in a run's protocol: a tag's runs are merged back to its last change

@@ -127,6 +127,7 @@ def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Ma
         doc.add(Notice(rich(line[:1].upper() + line[1:] + ".")))
     doc.add(*_intro(data, protocol, labels))
     doc.add(Heading(2, rich("Gates")), _gates(gates))
+    doc.add(*_sequential(data, labels))
     doc.add(*_accuracy(data, labels))
     for arm in st.recon_arms:
         doc.add(*_paired(data, arm, labels))
@@ -199,8 +200,8 @@ def _accuracy(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
     out: list[Block] = [
         Heading(2, rich(heading)),
         Figure(plots.accuracy_bars(st, f"{data.benchmark}: accuracy per type and arm (whiskers: 95% CI)", dict(labels))),
-        Paragraph(rich(f"{data.labels.table}: accuracy, 95% interval in brackets; 'random' is the uniform-random "
-                       "reference where it is defined.")),
+        Paragraph(rich(f"{data.labels.table}: accuracy, 95% interval in brackets{_caveat(data)}; 'random' is the "
+                       "uniform-random reference where it is defined.")),
     ]
     rows = []
     for label, g in _groups(data):
@@ -251,11 +252,60 @@ def _paired(data: BenchmarkResult, arm: str, labels: Mapping[str, str]) -> list[
             str(p.regressed), str(p.improved), F.p_value(p.mcnemar_p), str(p.n_errors), F.points(p.delta_both_ok),
         )))
     columns = (
-        _text("type"), _num("pairs"), _num("orig"), _num("recon"), _num("delta"), _text("95% CI"),
+        _text("type"), _num("pairs"), _num("orig"), _num("recon"), _num("delta"), _text("95% CI" + _caveat(data)),
         _num("regressed"), _num("improved"), _num("McNemar p"), _num("pairs with an error"), _num("delta, both answered"),
     )
-    return [Heading(2, rich(Code(labels[arm]), " minus ", Code(A.ORIG), " (paired, percentage points)")),
-            Table(columns, tuple(rows))]
+    out: list[Block] = [Heading(2, rich(Code(labels[arm]), " minus ", Code(A.ORIG), " (paired, percentage points)"))]
+    got = ((data.sequential or {}).get("arms") or {}).get(arm)
+    if got is not None and got.get("delta") is not None:
+        out.append(Paragraph(rich(
+            f"Overall delta {F.points(got['delta'])}, 95% confidence sequence {F.points_interval(*got['cs'])} "
+            f"(valid at every look, over the {data.sequential['images_answered']} images asked in the run's order; "
+            "see Early stopping).")))
+    out.append(Table(columns, tuple(rows)))
+    return out
+
+
+def _caveat(data: BenchmarkResult) -> str:
+    """What a fixed-sample interval is labelled with after an early stop."""
+    return ", not valid after an early stop" if (data.sequential or {}).get("stopped") else ""
+
+
+def _sequential(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
+    """--precision / --margin: the rule, whether it stopped the run, and each figure's
+    confidence sequence (summary.json's "sequential", rebuilt from the stored answers)."""
+    seq = data.sequential
+    if not seq:
+        return []
+    order = seq.get("order") or {}
+    out: list[Block] = [Heading(2, rich("Early stopping"))]
+    if seq.get("stopped"):
+        out.append(Notice(rich(
+            f"Stopped early: {seq['reason']}. The fixed-sample 95% intervals in this report (bootstrap, clustered "
+            "by image) are not valid after an early stop, which was chosen by looking at the data: read the "
+            "confidence sequences below.")))
+    out.append(Paragraph(rich(
+        "Rule ", Code(str(seq.get("rule"))), f"; images asked in {order.get('kind', 'dataset')} order"
+        + (f" (seed {order.get('seed')})" if order.get("kind") == "random" else "")
+        + f"; {seq['images_answered']} of {seq['images_total']} images and {seq['questions_answered']} of "
+        f"{seq['questions_total']} questions in the sequences. A 95% confidence sequence covers the complete run's "
+        "number at every look at once, so it stays valid whenever the run stopped (docs/statistics.md, "
+        "\"Confidence sequences and early stopping\").")))
+    rows = []
+    for arm, got in (seq.get("arms") or {}).items():
+        what = "delta" if "delta" in got else "accuracy"
+        value = got.get(what)
+        lo, hi = got.get("cs") or (None, None)
+        if what == "delta":
+            shown, interval = F.points(value), F.points_interval(lo, hi)
+        else:
+            shown, interval = _percent(None if value is None else value / 100), F.percent_interval(
+                None if lo is None else lo / 100, None if hi is None else hi / 100)
+        rows.append(tuple(cell(x) for x in (
+            Code(labels.get(arm, arm)), f"overall {what}", shown, interval, str(got.get("margin") or F.MISSING))))
+    out.append(Table((_text("arm"), _text("figure"), _num("value"), _text("95% confidence sequence"),
+                      _text("against the margin")), tuple(rows)))
+    return out
 
 
 def _figures(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:

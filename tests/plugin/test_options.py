@@ -179,6 +179,10 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--repeat-sample": ("x", "--repeat-sample: expected an integer, got 'x'"),
     "--bootstrap": ("x", "--bootstrap: expected an integer, got 'x'"),
     "--progress-every": ("-1", "--progress-every: must be at least 0, got -1"),
+    "--order": ("shuffled", "--order: expected one of dataset, random, got 'shuffled'"),
+    "--seed": ("-3", "--seed: must be at least 0, got -3"),
+    "--precision": ("0", "--precision: must be a positive number of points, got '0'"),
+    "--margin": ("two", "--margin: expected a number of points, e.g. 4 or 2.5, got 'two'"),
 }
 
 
@@ -198,6 +202,12 @@ def test_every_parsed_option_has_a_bad_value_case() -> None:
 def test_a_bad_value_is_one_line_naming_the_option(pytester: pytest.Pytester, flag: str) -> None:
     value, message = BAD_VALUES[flag]
     assert_one_line_usage_error(pytester.runpytest(flag, value), message)
+
+
+def test_margin_without_a_reconstruction_arm_is_one_line(pytester: pytest.Pytester) -> None:
+    assert_one_line_usage_error(pytester.runpytest("--margin", "2"), "--margin: it decides a reconstruction arm's*")
+    assert_one_line_usage_error(pytester.runpytest("--precision", "inf"),
+                                "--precision: must be a positive number of points, got 'inf'")
 
 
 def test_a_bad_ini_value_is_one_line_naming_the_ini(pytester: pytest.Pytester) -> None:
