@@ -40,6 +40,9 @@ class AnswerRow:
     # characters the model spent reasoning (reasoning_content), never scored; None when the reply
     # had none. With finish_reason "length" and an empty text: it ran out of tokens thinking.
     reasoning_chars: int | None = None
+    # the reply's text held characters no encoder takes (lone surrogates): they were replaced
+    # with U+FFFD, the rest is the model's answer (engine/wire.py)
+    repaired: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

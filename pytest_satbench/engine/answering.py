@@ -370,7 +370,7 @@ class QuestionRunner:
             latency_s=answer.latency_s, prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens,
             cost=answer.cost, model=answer.model, server=answer.server, attempts=answer.attempts,
             image_sha256=image_sha256, image_tokens=image_tokens, run_id=self.run_id, clipped=answer.clipped,
-            reasoning_chars=answer.reasoning_chars,
+            reasoning_chars=answer.reasoning_chars, repaired=answer.repaired or None,
         )
 
     def _error_row(self, job: Job, arm: str, fp: str, error: str) -> AnswerRow:

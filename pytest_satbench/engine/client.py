@@ -113,6 +113,7 @@ class Answer:
     clipped: bool = False  # the text was longer than max_text_chars and is its first max_text_chars
     reasoning_chars: int | None = None  # what the model spent thinking (reasoning_content), in characters
     usage_dropped: int = 0  # usage values the gate dropped (not finite non-negative numbers)
+    repaired: bool = False  # the text held lone surrogates, replaced with U+FFFD (engine/wire.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,6 +589,7 @@ class ServerPool:
             clipped=clipped,
             reasoning_chars=got.reasoning_chars,
             usage_dropped=got.usage_dropped,
+            repaired=got.repaired,
         )
         now = time.monotonic()
         with self._lock:

@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS answers (
     run_id TEXT,
     clipped INTEGER,
     reasoning_chars INTEGER,
+    repaired INTEGER,
     PRIMARY KEY (nodeid, arm, fingerprint)
 );
 CREATE TABLE IF NOT EXISTS runs (
@@ -224,7 +225,8 @@ class ResultStore:
             conn.executescript(SCHEMA)
             # stores written before answers recorded the run that asked them, clipping or reasoning
             have = {r[1] for r in conn.execute("PRAGMA table_info(answers)")}
-            for column, kind in (("run_id", "TEXT"), ("clipped", "INTEGER"), ("reasoning_chars", "INTEGER")):
+            for column, kind in (("run_id", "TEXT"), ("clipped", "INTEGER"), ("reasoning_chars", "INTEGER"),
+                                 ("repaired", "INTEGER")):
                 if column not in have:
                     conn.execute(f"ALTER TABLE answers ADD COLUMN {column} {kind}")
             # stores written before images were sampled: their rows match no sample, so each
@@ -797,4 +799,6 @@ def _row(values: Sequence[object]) -> AnswerRow:
         row.parsed = bool(row.parsed)
     if row.clipped is not None:
         row.clipped = bool(row.clipped)
+    if row.repaired is not None:
+        row.repaired = bool(row.repaired)
     return row

@@ -8,7 +8,9 @@ goes (OverflowError in int()), escapes that decode to no character (a lone surro
 a chat request goes through `read_completion` and nothing else, and it gives exactly one of
 three things, never an exception:
 
-- a `Completion`: an answer, with text the store can hold;
+- a `Completion`: an answer, with text the store can hold (an answer whose text held lone
+  surrogates is the model's answer all the same, a whole generation: they are replaced with
+  U+FFFD and the answer is flagged `repaired`, never asked again);
 - a transient `AttemptFailed`: this attempt got no answer (retried, then an error row);
 - a permanent `AttemptFailed`: the same request would fail the same way (a 4xx).
 
@@ -63,6 +65,7 @@ class Completion:
     cost: float | None  # usage.cost, when the server reports it (OpenRouter)
     reasoning_chars: int | None  # length of reasoning_content/reasoning; None when absent
     usage_dropped: int = 0  # usage values dropped: not finite non-negative numbers
+    repaired: bool = False  # lone surrogates in the text were replaced with U+FFFD
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +156,9 @@ def _read_completion(r: Response, model: str, aliases: frozenset[str], proxied: 
         state = ("missing" if "content" not in message else "null" if raw is None
                  else "parts without text" if isinstance(raw, list) else f"not text ({type(raw).__name__})")
         raise fault(f"no answer: content {state}, finish_reason {finish!r}")
-    if not _is_text(content):
-        at = next(i for i, ch in enumerate(content) if "\ud800" <= ch <= "\udfff")
-        raise fault(f"content that is not text (a lone surrogate \\u{ord(content[at]):04x} at character {at})")
+    repaired = not _is_text(content)
+    if repaired:  # the model answered: kept, its unencodable characters replaced, and flagged
+        content = _repaired(content)
     returned = doc.get("model")
     if returned is not None and not isinstance(returned, str):
         raise fault(f"a model id that is not text ({one_line(repr(returned), 60)})")
@@ -178,7 +181,7 @@ def _read_completion(r: Response, model: str, aliases: frozenset[str], proxied: 
         text=content, finish_reason=finish, model=returned or None,
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost=cost,
         reasoning_chars=len(reasoning) if reasoning is not None else None,
-        usage_dropped=dropped + bad_p + bad_c + bad_cost,
+        usage_dropped=dropped + bad_p + bad_c + bad_cost, repaired=repaired,
     )
 
 
@@ -293,6 +296,12 @@ def _amount(v: Any) -> tuple[float | None, int]:
         if math.isfinite(f) and f >= 0:
             return f, 0
     return None, 1
+
+
+def _repaired(s: str) -> str:
+    """`s` with each lone surrogate (an escape such as "\\ud800" that decodes to no character)
+    replaced by U+FFFD; a pair written as two escapes becomes its character."""
+    return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _is_text(s: str) -> bool:

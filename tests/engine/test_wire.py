@@ -155,7 +155,6 @@ def test_any_model_list_gets_a_verdict(doc: Any, status: int) -> None:
 
 @pytest.mark.parametrize("body,reason", [
     (DEEP, "JSON nested too deep"),
-    (SURROGATE, "lone surrogate \\ud800 at character 3"),
     (b"\x80{}", "not UTF-8"),
     (b"<html>502 Bad Gateway</html>", "invalid JSON"),
     (b"[1, 2]", "not a chat completion"),
@@ -163,12 +162,22 @@ def test_any_model_list_gets_a_verdict(doc: Any, status: int) -> None:
     (json.dumps(chat(None, reasoning_content="x")).encode(), "content null"),
     (json.dumps(chat("x", model=7)).encode(), "model id that is not text"),
     (json.dumps(chat("x", model=["a"])).encode(), "model id that is not text"),
-], ids=["deep", "surrogate", "not-utf8", "html", "array", "null", "null-reasoning-stop", "model-int",
+], ids=["deep", "not-utf8", "html", "array", "null", "null-reasoning-stop", "model-int",
         "model-list"])
 def test_replies_without_an_answer_are_transient(body: bytes, reason: str) -> None:
     with pytest.raises(AttemptFailed) as ei:
         read_completion(response(body), "m")
     assert ei.value.transient and reason in ei.value.reason and ei.value.reason.startswith("HTTP 200 but")
+
+
+def test_a_lone_surrogate_is_repaired_and_flagged_never_asked_again() -> None:
+    """The model answered, a whole generation: the characters no encoder takes become U+FFFD."""
+    got = read_completion(response(SURROGATE), "m")
+    assert (got.text, got.repaired) == ("yes\ufffd", True)
+    got.text.encode("utf-8")
+    pair = read_completion(reply(chat("ok \ud83d\ude00 \udfff")), "m")  # a pair stays a character
+    assert (pair.text, pair.repaired) == ("ok \U0001f600 \ufffd", True)
+    assert read_completion(reply(chat("fine")), "m").repaired is False
 
 
 def test_usage_that_is_no_count_is_dropped_and_counted() -> None:
