@@ -78,6 +78,9 @@ class Progress:
     errors: int = 0  # question items that failed (no answer after retries)
     retries: int = 0  # requests retried, all servers
     servers: tuple[ServerShare, ...] = ()  # empty: not known (no snapshot yet)
+    # --precision / --margin: the benchmark being asked, its first reconstruction arm's running
+    # delta with the sequence's half-width and the images until the rule is met
+    sequential: str = ""
 
     @property
     def remaining(self) -> int:
@@ -164,7 +167,7 @@ def format_progress(p: Progress, sep: str = " · ", width: int | None = None) ->
         # the ETA rounded up: "ETA 0s" only when nothing is left
         parts = [head, format_rate(p.rate), elapsed,
                  "ETA unknown" if eta is None else f"ETA {format_duration(math.ceil(eta))}",
-                 servers, ", ".join(trouble)]
+                 p.sequential, servers, ", ".join(trouble)]
         return "satbench: " + sep.join(x for x in parts if x)
 
     text = line(elapsed, servers)
@@ -424,7 +427,14 @@ class ProgressPlugin:
             runtime = _runtime(self.config)
             servers, retries = merge_rows([pool_rows(runtime.pool)]) if runtime is not None else ((), 0)
         return Progress(answered=self.answered, total=total, elapsed_s=now - self.started,
-                        rate=self.window.rate(), errors=self.errors, retries=retries, servers=servers)
+                        rate=self.window.rate(), errors=self.errors, retries=retries, servers=servers,
+                        sequential=self._sequential())
+
+    def _sequential(self) -> str:
+        from pytest_satbench.plugin.sequential import SEQUENTIAL_KEY
+
+        seq = self.config.stash.get(SEQUENTIAL_KEY, None)
+        return seq.progress() if seq is not None else ""
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:

@@ -62,6 +62,7 @@ class Sequential:
         # where reports arrive: the rule per benchmark
         self.rules: dict[str, OrderedRule] = {}
         self._said: set[str] = set()
+        self._last: str | None = None  # the benchmark of the last report (the progress line's)
         self._cond = threading.Condition()
         self._halted = False
         workerinput: dict[str, Any] = getattr(state.config, "workerinput", {}) or {}
@@ -203,6 +204,7 @@ class Sequential:
             arms = (ORIG, *(a.canonical for a in self.settings.arms))
             rule = self.rules[bench] = OrderedRule(int(n_images), int(n_questions), arms,
                                                    precision=self.settings.precision, margin=self.settings.margin)
+        self._last = bench
         before = rule.stopped_at
         with self._cond:
             entered = rule.add_question(int(position), int(m), correct)
@@ -213,6 +215,15 @@ class Sequential:
             self._write_status()
             with self._cond:
                 self._cond.notify_all()
+
+    def progress(self) -> str:
+        """For the progress line: the benchmark last reported on, its first reconstruction
+        arm's running delta with the sequence's half-width (or the accuracy's, with no
+        reconstruction arm) and the images until the rule is met (`StoppingRule.progress`)."""
+        if self._last is None:
+            return ""
+        rule = self.rules[self._last]
+        return f"{self._last}: {rule.rule.progress()}"
 
     def halt(self) -> None:
         """The run is stopping for another reason: workers stop waiting for the rule."""

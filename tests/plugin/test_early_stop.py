@@ -167,3 +167,48 @@ def test_the_report_shows_the_sequences_and_labels_the_intervals(pytester: pytes
     assert protocol["order"] == {"kind": "random", "seed": 0}
     plan = protocol["sequential"]["rsvqa_lr"]
     assert len(plan["images"]) == N_IMAGES and plan["precision"] == 10.0 and plan["margin"] == 20.0
+
+
+def test_the_progress_line_shows_the_running_delta_and_the_images_to_go(
+        pytester: pytest.Pytester, data: Path) -> None:
+    from pytest_satbench.plugin.progress import Progress, format_progress
+
+    p = Progress(answered=120, total=800, elapsed_s=5, rate=24.0,
+                 sequential="rsvqa_lr: jpeg:quality=1 delta -38.1 ±4.8; ~3 more of 200 images for precision 10.0")
+    assert format_progress(p) == ("satbench: 120/800 answered (15.0%) · 24.0 q/s · 5s elapsed · ETA 29s · "
+                                  "rsvqa_lr: jpeg:quality=1 delta -38.1 ±4.8; ~3 more of 200 images for precision 10.0")
+    with FakeVLM(models=["m"], answer=answer, delay=0.01) as srv:
+        result = run(pytester, srv.url, data, "--precision", "10", "--progress-every", "1")
+    assert result.ret == 0
+    lines = [line for line in result.outlines if line.startswith("satbench: ") and " answered " in line]
+    assert lines, result.stdout.str()[-3000:]
+    assert any(re.search(r"rsvqa_lr: jpeg:quality=1 delta [-+]\d+\.\d( ±\d+\.\d| \(sequence from 50 images\))", line)
+               for line in lines), lines
+
+
+def collected(pytester: pytest.Pytester, data: Path, *args: str) -> list[str]:
+    result = pytester.runpytest("--data-root", str(data), "--collect-only", "-q", "-p", "no:randomly", *args)
+    assert result.ret == 0
+    return [line for line in result.outlines if "::test_rsvqa_lr[" in line]
+
+
+def test_random_order_keeps_each_images_questions_together_and_is_seeded(pytester: pytest.Pytester, data: Path) -> None:
+    dataset = collected(pytester, data)
+    assert collected(pytester, data, "--order", "dataset") == dataset
+    random0 = collected(pytester, data, "--order", "random")
+    assert collected(pytester, data, "--order", "random", "--seed", "0") == random0  # the default seed
+    random1 = collected(pytester, data, "--order", "random", "--seed", "1")
+    assert sorted(random0) == sorted(dataset) == sorted(random1)
+    assert len({random0[0], dataset[0], random1[0]}) == 3  # three orders
+
+    def image_of(nodeid: str) -> int:
+        qid = int(nodeid.rsplit("[", 1)[1].rstrip("]"))
+        return (qid - 3) % N_IMAGES  # write_rsvqa_counts: 3 stubs, then round-robin over the images
+
+    for order in (random0, random1):
+        images = [image_of(n) for n in order]
+        runs = [img for i, img in enumerate(images) if i == 0 or images[i - 1] != img]
+        assert len(runs) == N_IMAGES  # every image's questions in one run
+    # a stopping rule makes random the default; an explicit --order wins
+    assert collected(pytester, data, "--precision", "4") == random0
+    assert collected(pytester, data, "--precision", "4", "--order", "dataset") == dataset
