@@ -92,6 +92,13 @@ class Sequential:
             self.questions[bench] = sum(m for _, m in images)
             self.lags[bench] = lag_images(in_flight_cap, self.questions[bench] / len(images), len(self.arms))
 
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        if self.settings.asking_order == "random":
+            return []
+        return [f"satbench: WARNING: --{self.rule_text().split()[0]} with --order dataset: the confidence sequences "
+                "assume the images are asked in a random order, and a prefix of the dataset order is one region, "
+                "not a sample of the benchmark"]
+
     def protocol(self) -> dict[str, Any]:
         """What the run's protocol records per benchmark, for a report to rebuild the
         sequences from the store (`core.early_stop.replay`)."""

@@ -51,8 +51,9 @@ def data(pytester: pytest.Pytester) -> Path:
     return root
 
 
-def run(pytester: pytest.Pytester, url: str, data: Path, *args: str) -> pytest.RunResult:
-    return pytester.runpytest("--servers", url, "--data-root", str(data), "--recon", RECON, "--concurrency", "2",
+def run(pytester: pytest.Pytester, url: str, data: Path, *args: str, recon: tuple[str, ...] = ("--recon", RECON)
+        ) -> pytest.RunResult:
+    return pytester.runpytest("--servers", url, "--data-root", str(data), *recon, "--concurrency", "2",
                               "--bootstrap", "50", "-p", "no:randomly", "-rs", "-W",
                               "ignore::pytest.PytestAssertRewriteWarning", *args)
 
@@ -212,3 +213,23 @@ def test_random_order_keeps_each_images_questions_together_and_is_seeded(pyteste
     # a stopping rule makes random the default; an explicit --order wins
     assert collected(pytester, data, "--precision", "4") == random0
     assert collected(pytester, data, "--precision", "4", "--order", "dataset") == dataset
+
+
+def test_without_a_reconstruction_arm_the_accuracy_decides(pytester: pytest.Pytester, data: Path) -> None:
+    """The original is always right: the accuracy's sequence is [100, 100] once 50 images are in."""
+    with FakeVLM(models=["m"], answer=answer) as srv:
+        result = run(pytester, srv.url, data, "--precision", "1", recon=())
+    assert result.ret == 0
+    seq = summary(pytester)["sequential"]
+    assert seq["reason"] == "precision 1.0 reached after 50 of 200 images"
+    assert seq["arms"] == {"orig": {"accuracy": 100.0, "cs": [100.0, 100.0]}}
+    result.stdout.fnmatch_lines(["  orig accuracy 100.0, confidence sequence [[]100.0, 100.0[]] *"])
+    assert srv.chat_requests == seq["questions_answered"] == PER_IMAGE * seq["images_answered"]
+
+
+def test_dataset_order_under_a_rule_is_allowed_with_a_warning(pytester: pytest.Pytester, data: Path) -> None:
+    with FakeVLM(models=["m"], answer=answer) as srv:
+        result = run(pytester, srv.url, data, "--precision", "10", "--order", "dataset")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["satbench: WARNING: --precision with --order dataset: *not a sample*"])
+    assert summary(pytester)["sequential"]["order"] == {"kind": "dataset"}
