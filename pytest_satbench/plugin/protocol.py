@@ -173,6 +173,11 @@ _COMMON: dict[str, Any] = {"outcome": "passed", "longrepr": None, "keywords": NO
                            "user_properties": _EMPTY}
 
 
+# Attributes read by plugins as a report passes through the hooks and never after: the reporters'
+# user properties, the stopping rule's per-arm correctness (plugin/sequential.py)
+_TRANSIENT = frozenset({"user_properties", "satbench_seq"})
+
+
 class LeanReport(TestReport):  # type: ignore[misc]  # TestReport is @final for type checkers only
     """A passed report of a question item as the terminal keeps it to the end: the same
     attributes, the ones that differ between items in slots, the ones all share (outcome,
@@ -191,8 +196,8 @@ class LeanReport(TestReport):  # type: ignore[misc]  # TestReport is @final for 
     def of(cls, report: TestReport) -> LeanReport:
         lean = object.__new__(cls)
         for name, value in report.__dict__.items():
-            if name == "user_properties":
-                continue  # read by the reporters on the report's way through the hooks, not kept
+            if name in _TRANSIENT:
+                continue  # read on the report's way through the hooks, not kept
             if name in _COMMON and (value == _COMMON[name] or (not value and name != "outcome")):
                 continue  # the class has it
             setattr(lean, name, value)
