@@ -130,27 +130,30 @@ def replay(plan: Mapping[str, Any], per_image: Mapping[str, tuple[int, Mapping[s
     return out
 
 
-def summary_lines(benchmark: str, seq: Mapping[str, Any]) -> list[str]:
-    """The terminal's lines for one benchmark's "sequential" block (summary.json's): the rule,
-    stopped or not, how much was asked, each arm's figure with its confidence sequence."""
+def summary_line(benchmark: str, seq: Mapping[str, Any]) -> str:
+    """The terminal's line for one benchmark's "sequential" block (summary.json's): the rule,
+    stopped or not, images and questions answered of the total, and each arm's figure with
+    its 95% confidence sequence in brackets."""
     from pytest_satbench.core.arms import short_label
 
-    state = f"stopped, {seq['reason']}" if seq.get("stopped") else "not met, every image asked" \
-        if seq.get("images_answered") == seq.get("images_total") else "not met"
-    lines = [f"{benchmark}: {seq['rule']}: {state}; {seq['images_answered']} of {seq['images_total']} images, "
-             f"{seq['questions_answered']} of {seq['questions_total']} questions answered"]
+    if seq.get("stopped"):
+        state = f"stopped, {seq['reason']}"
+    else:
+        state = "not met, every image asked" if seq.get("images_answered") == seq.get("images_total") else "not met"
+    arms = []
     for arm, got in (seq.get("arms") or {}).items():
         what = "delta" if "delta" in got else "accuracy"
         value = got[what]
         lo, hi = got["cs"]
         if value is None or lo is None or hi is None:
-            lines.append(f"  {short_label(arm)} {what}: no image yet")
+            arms.append(f"{short_label(arm)} {what}: no image yet")
             continue
         sign = "+" if what == "delta" else ""
-        decided = f"; {got['margin']} against the margin" if got.get("margin") else ""
-        lines.append(f"  {short_label(arm)} {what} {value:{sign}.1f}, confidence sequence [{lo:{sign}.1f}, "
-                     f"{hi:{sign}.1f}] (95%, valid at every look){decided}")
-    if seq.get("stopped"):
-        lines.append("  the fixed-sample 95% CIs above are not valid after an early stop: read the confidence "
-                     "sequence")
-    return lines
+        decided = f" ({got['margin']})" if got.get("margin") else ""
+        arms.append(f"{short_label(arm)} {what} {value:{sign}.1f} [{lo:{sign}.1f}, {hi:{sign}.1f}]{decided}")
+    return (f"{benchmark}: {seq['rule']}: {state}; {seq['images_answered']}/{seq['images_total']} images, "
+            f"{seq['questions_answered']}/{seq['questions_total']} questions answered; " + "; ".join(arms))
+
+
+SUMMARY_NOTE = ("in brackets: 95% confidence sequences, valid at every look; the fixed-sample 95% CIs above are "
+                "not valid after an early stop")

@@ -178,12 +178,12 @@ class Finish:
             terminal.render(terminalreporter, self.results, self.results[0].protocol.get("model"), self.sent)
             sequential = [r for r in self.results if r.sequential]
             if sequential:  # --precision / --margin: the confidence sequences (core/early_stop.py)
-                from pytest_satbench.core.early_stop import summary_lines
+                from pytest_satbench.core.early_stop import SUMMARY_NOTE, summary_line
 
                 terminalreporter.write_sep("-", "satbench early stopping")
                 for r in sequential:
-                    for line in summary_lines(r.benchmark, r.sequential or {}):
-                        terminalreporter.write_line(line)
+                    terminalreporter.write_line(summary_line(r.benchmark, r.sequential or {}))
+                terminalreporter.write_line(SUMMARY_NOTE)
         if self.gate_results:
             from pytest_satbench.core import gates
 

@@ -90,11 +90,13 @@ def test_precision_stops_early_a_rerun_sends_nothing_and_the_run_without_it_comp
         asked = seq["questions_answered"]
         assert srv.chat_requests == 2 * asked  # nothing past what the rule and its lag needed
         # the terminal says it, with the sequence and the fixed-sample intervals' caveat
+        lo, hi = seq["arms"][RECON]["cs"]
         first.stdout.fnmatch_lines([
-            "*rsvqa_lr: precision 10.0: stopped, precision 10.0 reached after * of 200 images; "
-            f"{seq['images_answered']} of 200 images, {asked} of {N} questions answered*",
-            "*jpeg:q1 delta -* confidence sequence [[]-*, -*[]]*",
-            "*not valid after an early stop*",
+            "*- satbench early stopping -*",
+            f"rsvqa_lr: precision 10.0: stopped, {seq['reason']}; {seq['images_answered']}/200 images, "
+            f"{asked}/{N} questions answered; jpeg:q1 delta {seq['arms'][RECON]['delta']:+.1f} [[]{lo:+.1f}, {hi:+.1f}[]]",
+            "in brackets: 95% confidence sequences, valid at every look; the fixed-sample 95% CIs above are not "
+            "valid after an early stop",
         ])
 
         again = run(pytester, srv.url, data, "--precision", "10")
@@ -124,6 +126,7 @@ def test_margin_decides_and_stops(pytester: pytest.Pytester, data: Path) -> None
         seq = check_stopped_run(pytester, result, "margin 20.0")
         assert seq["reason"].startswith("margin 20.0 decided after ")
         assert seq["arms"][RECON]["margin"] == "worse"
+        result.stdout.fnmatch_lines(["rsvqa_lr: margin 20.0: stopped, margin 20.0 decided after * of 200 images; * jpeg:q1 delta -* (worse)"])
         assert srv.chat_requests == 2 * seq["questions_answered"]
 
 
@@ -223,7 +226,9 @@ def test_without_a_reconstruction_arm_the_accuracy_decides(pytester: pytest.Pyte
     seq = summary(pytester)["sequential"]
     assert seq["reason"] == "precision 1.0 reached after 50 of 200 images"
     assert seq["arms"] == {"orig": {"accuracy": 100.0, "cs": [100.0, 100.0]}}
-    result.stdout.fnmatch_lines(["  orig accuracy 100.0, confidence sequence [[]100.0, 100.0[]] *"])
+    result.stdout.fnmatch_lines([f"rsvqa_lr: precision 1.0: stopped, {seq['reason']}; {seq['images_answered']}/200 "
+                                 f"images, {seq['questions_answered']}/800 questions answered; orig accuracy 100.0 "
+                                 "[[]100.0, 100.0[]]"])
     assert srv.chat_requests == seq["questions_answered"] == PER_IMAGE * seq["images_answered"]
 
 
