@@ -99,11 +99,18 @@ def test_precision_stops_early_a_rerun_sends_nothing_and_the_run_without_it_comp
             "valid after an early stop",
         ])
 
+        # skips are not "last failed", nor items the run never reached
+        lastfailed = pytester.path / ".pytest_cache" / "v" / "cache" / "lastfailed"
+        assert not lastfailed.exists() or json.loads(lastfailed.read_text()) == {}
+        assert "never reached" not in first.stdout.str()
+
         again = run(pytester, srv.url, data, "--precision", "10")
         assert again.ret == 0
         assert srv.chat_requests == 2 * asked  # the same command again sends nothing
         assert again.parseoutcomes()["skipped"] == N - asked
         assert summary(pytester)["sequential"] == {**seq}  # and reports the same sequence
+        with_lf = run(pytester, srv.url, data, "--precision", "10", "--lf")
+        assert with_lf.ret == 0 and srv.chat_requests == 2 * asked  # --lf: nothing failed, nothing to ask
 
         complete = run(pytester, srv.url, data)
         assert complete.ret == 0
@@ -114,9 +121,6 @@ def test_precision_stops_early_a_rerun_sends_nothing_and_the_run_without_it_comp
         assert full["statistics"]["overall"]["paired"][RECON]["delta"] == pytest.approx(TRUE_DELTA)
         assert full["questions"] == N and full["not_run"] == 0
 
-        # --lf after the stopped run: nothing failed and skips are not "last failed"
-        lastfailed = pytester.path / ".pytest_cache" / "v" / "cache" / "lastfailed"
-        assert not lastfailed.exists() or json.loads(lastfailed.read_text()) == {}
 
 
 def test_margin_decides_and_stops(pytester: pytest.Pytester, data: Path) -> None:
