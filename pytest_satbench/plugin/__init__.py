@@ -10,7 +10,8 @@ Behaviour lives in modules named for one concern: `options` (the option table), 
 outcome, stops), `finish` (gates, reports, the summary, --lf bookkeeping), `protocol`
 (the lean per-item run protocol), `outcomes` (letters and verdicts), `progress` (the live
 progress line), `terminal` (the summary; how the progress line is written), `xdist` (hooks
-and the image-group scheduler), `signals` (SIGTERM stops a run as Ctrl-C does), `fixtures`
+and the image-group scheduler), `sequential` (--precision / --margin: stop asking a benchmark once
+its answer is known), `signals` (SIGTERM stops a run as Ctrl-C does), `fixtures`
 (public fixtures).
 """
 

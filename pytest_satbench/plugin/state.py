@@ -7,6 +7,7 @@ pytest-xdist pattern: a thin entry point, a controller object per concern):
   run.RunController      the engine's runtime while items run; one item's outcome; stops
   finish.Finish          the end of the run: --lf bookkeeping, gates, reports, the summary
   xdist.XdistHooks       the controller/worker plumbing (pytest-xdist installed only)
+  sequential.Sequential  --precision / --margin: which items are asked, the rule (with a rule only)
 
 They share this state: the settings, the run's id, where its store and caches are, whether
 and why the run stopped asking, and what collection learnt that the runtime records. Nothing
