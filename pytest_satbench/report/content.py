@@ -168,12 +168,20 @@ def _intro(data: BenchmarkResult, protocol: Mapping[str, Any], labels: Mapping[s
         Paragraph(rich(
             "Prompt style ", Code(str(protocol.get("prompt_style"))), f", sampling {protocol.get('sampling')}, "
             "box grid ", Code(str(data.score_options.box_grid)), ", IoU ", Code(str(data.score_options.iou)),
-            ". Answers re-scored from the stored raw text. API errors and unparseable answers stay in the "
+            f". {_order(protocol)}Answers re-scored from the stored raw text. API errors and unparseable answers stay in the "
             "denominator and count as wrong; a truncated answer stays too, scored on what it contains. "
             "Intervals: 95% percentile bootstrap clustered by "
             f"image ({st.iterations} resamples, seed {st.seed}).",
         )),
     ]
+
+
+def _order(protocol: Mapping[str, Any]) -> str:
+    """Which order the images were asked in (protocols before --order recorded none)."""
+    order = protocol.get("order") or {}
+    if order.get("kind") == "random":
+        return f"Images asked in random order (seed {order.get('seed')}), each image's questions together. "
+    return "Images asked in dataset order. " if order.get("kind") == "dataset" else ""
 
 
 def _gates(gates: Sequence[Mapping[str, Any]] | None) -> Paragraph | Table:

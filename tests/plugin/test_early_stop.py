@@ -171,6 +171,7 @@ def test_the_report_shows_the_sequences_and_labels_the_intervals(pytester: pytes
         assert f"[{lo:+.1f},{hi:+.1f}]" in text  # the sequence, next to the paired figure too
         assert "not valid after an early stop" in text
         assert "random order (seed 0)" in text
+        assert "Images asked in random order (seed 0), each image" in text
     protocol = json.loads((folder / "protocol.json").read_text())
     assert protocol["order"] == {"kind": "random", "seed": 0}
     plan = protocol["sequential"]["rsvqa_lr"]
