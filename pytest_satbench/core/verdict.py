@@ -24,15 +24,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_satbench.core import arms as A
-from pytest_satbench.core.judge import JUDGED_VIEW, judge_verdict, official_rules
-from pytest_satbench.core.labels import OVERALL_ONLY
 from pytest_satbench.core.prompts import DEFAULT_STYLE, default_box_grid, model_image_size
 from pytest_satbench.core.question import ImageRef, Question, chance
-from pytest_satbench.core.records import AnswerRow
-from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
+
+# The outcome names are read at every pytest start-up (plugin/outcomes.py); the scorer's
+# compiled rules (~17 ms) load with the first question scored.
+if TYPE_CHECKING:
+    from pytest_satbench.core.records import AnswerRow
+    from pytest_satbench.core.scoring import Score, ScoreOptions
 
 __all__ = [
     "CORRECT", "ERROR", "IMPROVED", "OUTCOMES", "QuestionOutcome", "QuestionResult", "REGRESSED", "SAME",
@@ -49,6 +51,8 @@ OUTCOMES = (SAME, CORRECT, WRONG, REGRESSED, IMPROVED, ERROR)
 def score_options(protocol: Mapping[str, Any], views: frozenset[str] = frozenset()) -> ScoreOptions:
     """The scoring conventions a run recorded in its protocol (prompt style, box grid, IoU),
     with the benchmark's views: the live run and every report build them from the same record."""
+    from pytest_satbench.core.scoring import ScoreOptions
+
     style = str(protocol.get("prompt_style") or DEFAULT_STYLE)
     grid = protocol.get("box_grid") or default_box_grid(style)
     return ScoreOptions(box_grid=str(grid), iou=str(protocol.get("iou") or "inclusive"), views=views,
@@ -137,7 +141,7 @@ class QuestionResult(Verdicts):
     # per arm (no judge or repeat arms), its per-question views: the scorer's, an error's the
     # value an empty answer gets, VRSBench's official view with the judge's verdict applied
     views: dict[str, dict[str, float]] = field(default_factory=dict)
-    options: ScoreOptions = ScoreOptions()  # what it was scored with
+    options: ScoreOptions | None = None  # what it was scored with
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -190,18 +194,22 @@ def question_from(bench: str, q: Mapping[str, Any]) -> Question:
 def reported_types(raw: tuple[str, ...], reported_type: Callable[[str], str]) -> tuple[str, ...]:
     """A question's reported types; a raw type reported as OVERALL_ONLY counts in the overall
     figures only."""
+    from pytest_satbench.core.labels import OVERALL_ONLY
     return tuple(dict.fromkeys(t for t in map(reported_type, raw) if t != OVERALL_ONLY)) if raw else ("all",)
 
 
 def score_question(
     nodeid: str, q: Question, rows: dict[str, AnswerRow], options: ScoreOptions, *,
     types: tuple[str, ...] | None = None,
-    score: Callable[[Question, str, ScoreOptions], Score] = score,
+    score: Callable[[Question, str, ScoreOptions], Score] | None = None,
     scores: Mapping[str, Score] | None = None,
 ) -> QuestionResult:
     """Score every answered arm of one question (`options`: `question_options` of the run's
     options); `scores`: arms already scored with these same options (the runner scored each
-    answer as it arrived, for the row it stored); `types`: its reported types (default: raw)."""
+    answer as it arrived, for the row it stored); `types`: its reported types (default: raw);
+    `score`: the scorer (default `core.scoring.score`; the reports pass a memoised one)."""
+    if score is None:
+        score = _modules().scoring.score
     got: dict[str, Score] = {}
     views: dict[str, dict[str, float]] = {}
     empty: Score | None = None
@@ -222,7 +230,7 @@ def score_question(
             arm_views = empty.views
         if arm_views:
             views[arm] = dict(arm_views)
-    if JUDGED_VIEW in options.views and q.kind == "vqa":
+    if q.kind == "vqa" and _modules().judge.JUDGED_VIEW in options.views:
         _judged(q, rows, got, views)
     return QuestionResult(nodeid, q, types if types is not None else reported_types(q.types, lambda t: t),
                           rows, got, chance(q), views, options)
@@ -233,9 +241,30 @@ def _judged(q: Question, rows: Mapping[str, AnswerRow], scores: Mapping[str, Sco
     """VRSBench's official protocol: where its rules leave an answer undecided and the run asked
     the judge (`--judge`), the judge's verdict is the official view's value. Without a verdict
     (no judge, or the judge failed: an error row) the value stays the rules' 0."""
+    judge, final_answer = _modules().judge, _modules().scoring.final_answer
+    JUDGED_VIEW, judge_verdict, official_rules = judge.JUDGED_VIEW, judge.judge_verdict, judge.official_rules
     for arm, value in views.items():
         verdict = rows.get(A.judge_arm(arm))
         if verdict is None or verdict.status != "ok" or arm not in scores or JUDGED_VIEW not in value:
             continue
         if official_rules(q.answer, final_answer(rows[arm].text or "")) is None:
             value[JUDGED_VIEW] = float(judge_verdict(verdict.text or ""))
+
+
+class _Lazy:
+    """The scorer and the judge's rules, imported with the first question scored (a few
+    attribute reads per question after that, not an import statement each)."""
+
+    def __init__(self) -> None:
+        from pytest_satbench.core import judge, scoring
+
+        self.judge, self.scoring = judge, scoring
+
+
+_LAZY: list[_Lazy] = []
+
+
+def _modules() -> _Lazy:
+    if not _LAZY:
+        _LAZY.append(_Lazy())
+    return _LAZY[0]

@@ -26,7 +26,6 @@ import pytest
 
 from pytest_satbench.plugin.items import QuestionFailed, QuestionItem
 from pytest_satbench.plugin.options import OPTIONS
-from pytest_satbench.plugin.outcomes import ERROR, REGRESSED, classify, failure_message, regression_message, teststatus
 from pytest_satbench.plugin.protocol import run_question_item
 from pytest_satbench.plugin.signals import StopSignals
 from pytest_satbench.plugin.state import MODEL_SWAPPED_EXIT, SERVERS_GONE_EXIT, STORE_FAILED_EXIT, RunState
@@ -240,7 +239,7 @@ class RunController:
             result = self._runtime.result(item, give_up_after=self.settings.give_up_after)
         except GaveUp as exc:  # the wait itself is abandoned: a rerun asks this item again
             state.stop(item.session, SERVERS_GONE_EXIT, str(exc))
-            self._outcomes[item.nodeid] = ERROR
+            self._outcomes[item.nodeid] = _outcomes().ERROR
             raise QuestionFailed(str(exc)) from None
         if seq is not None:
             # an arm with no answer counts as wrong, as in every figure (core/early_stop.py)
@@ -259,7 +258,7 @@ class RunController:
         if failure is not None:
             # Nothing more is asked: every answer would be thrown away. A rerun resumes.
             state.stop(item.session, STORE_FAILED_EXIT, str(failure))
-            self._outcomes[item.nodeid] = ERROR
+            self._outcomes[item.nodeid] = _outcomes().ERROR
             raise QuestionFailed(str(failure))
         gave_up = self._runtime.doomed(self.settings.give_up_after)
         if gave_up is not None:
@@ -272,15 +271,16 @@ class RunController:
                 f"this run; stopped asking. Measure {other!r} under another --tag (--model {other}), or pass "
                 f"--allow-model-alias {other} if it is the same model"
             ))
-        outcome = classify(result)
+        out = _outcomes()
+        outcome = out.classify(result)
         self._outcomes[item.nodeid] = outcome
         if result.record is not None and self._compat is not None:
             item.satbench_arms = result.record.arm_verdicts()  # its properties (plugin/compat.py)
-        if outcome == ERROR:
-            raise QuestionFailed(failure_message(result))
-        if outcome == REGRESSED and self.settings.fail_on == "regression":
+        if outcome == out.ERROR:
+            raise QuestionFailed(out.failure_message(result))
+        if outcome == out.REGRESSED and self.settings.fail_on == "regression":
             assert result.record is not None
-            raise QuestionFailed(regression_message(result.record))
+            raise QuestionFailed(out.regression_message(result.record))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -308,7 +308,7 @@ class RunController:
         outcome = getattr(report, "satbench_outcome", None)
         if outcome is None or report.when != "call" or report.outcome == "rerun":
             return None  # (a try pytest-rerunfailures runs again is its "rerun")
-        return teststatus(outcome, report.failed)
+        return _outcomes().teststatus(outcome, report.failed)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         s = self.settings
@@ -330,3 +330,16 @@ class RunController:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._builtin is not None:
             self._builtin.close()
+
+
+_OUTCOMES: list[Any] = []
+
+
+def _outcomes() -> Any:
+    """plugin/outcomes.py, loaded with the first question item (it reads core.verdict, which
+    a pytest run without benchmark items never needs: not at every start-up)."""
+    if not _OUTCOMES:
+        from pytest_satbench.plugin import outcomes
+
+        _OUTCOMES.append(outcomes)
+    return _OUTCOMES[0]
