@@ -200,8 +200,8 @@ class Sequential:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         seq = getattr(report, REPORT_ATTR, None)
-        if report.when != "call" or seq is None or self.state.is_worker:
-            return
+        if report.when != "call" or seq is None or self.state.is_worker or report.outcome == "rerun":
+            return  # (a try pytest-rerunfailures runs again counts once, as its last try)
         from pytest_satbench.core.arms import ORIG
         from pytest_satbench.core.early_stop import OrderedRule
 
