@@ -1,10 +1,10 @@
-"""What pytest's standard per-item protocol costs question items, against the lean one.
+"""What pytest's standard per-item runtest costs question items, against the lean one.
 
-    .venv/bin/python performance/protocol.py                     # 10,000 questions, 5 reps
-    .venv/bin/python performance/protocol.py --questions 20000 --reps 3
-    .venv/bin/python performance/protocol.py --baseline-tree /tmp/old   # also an older checkout's lean protocol
+    .venv/bin/python performance/runtest.py                     # 10,000 questions, 5 reps
+    .venv/bin/python performance/runtest.py --questions 20000 --reps 3
+    .venv/bin/python performance/runtest.py --baseline-tree /tmp/old   # also an older checkout's lean runtest
 
-A plugin that needs pytest's standard protocol (pytest-json-report, pytest-rerunfailures with
+A plugin that needs pytest's standard runtest (pytest-json-report, pytest-rerunfailures with
 --reruns, a conftest.py implementing pytest_runtest_setup/call/teardown) makes a run fall
 back to it (plugin/compat.py). This measures the price per question item: the same resumed
 run (every answer stored: nothing is asked, so what is left is pytest's per-item work, the
@@ -12,8 +12,8 @@ look-ahead's store reads and the plugin's bookkeeping), side by side:
 
 - `lean`: the default;
 - `standard`: the same, with a conftest.py implementing a no-op `pytest_runtest_setup`, which
-  is what sends a run to the standard protocol (the run says so in one line);
-- `baseline tree lean` with `--baseline-tree DIR`: another checkout's lean protocol (e.g. the
+  is what sends a run to the standard runtest (the run says so in one line);
+- `baseline tree lean` with `--baseline-tree DIR`: another checkout's lean runtest (e.g. the
   commit before this protocol made its setup and teardown reports through
   pytest_runtest_makereport: `git worktree add /tmp/old <commit>`).
 
@@ -44,9 +44,9 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "performance" / "out"
 STANDARD_CONFTEST = '''\
 def pytest_runtest_setup(item):
-    """A hook the lean protocol does not call: question items run the standard protocol."""
+    """A hook the lean runtest does not call: question items run the standard runtest."""
 '''
-LINE = "question items run pytest's standard per-item protocol"
+LINE = "question items run pytest's standard per-item runtest"
 
 
 def project(tmp: Path, name: str, *, standard: bool) -> Path:
@@ -79,7 +79,7 @@ def main() -> int:
     ap.add_argument("--images", type=int, default=100)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--baseline-tree", type=Path, default=None,
-                    help="also run this checkout's (another commit's) lean protocol side by side")
+                    help="also run this checkout's (another commit's) lean runtest side by side")
     a = ap.parse_args()
     if a.baseline_tree is not None and not (a.baseline_tree / "pytest_satbench").is_dir():
         ap.error(f"--baseline-tree {a.baseline_tree}: no pytest_satbench/ there")

@@ -9,7 +9,7 @@ Every question is asked once per arm:
 - `orig~2`, `orig~3`, ...: the original asked again (`--repeat-orig`), which measure the
   servers' noise floor and are never an arm of the comparison;
 - `judge:orig`, `judge:<recon arm>`: an LLM judge's verdict on that arm's answer (`--judge`,
-  VRSBench's official protocol), never an arm of the comparison either.
+  VRSBench's official evaluation), never an arm of the comparison either.
 
 The same arm has the same short label in the terminal, report.md and report.html
 (`arm_labels`), so a figure can be found again from one place to the other. A

@@ -2,7 +2,7 @@
 
 summary.json (`aggregate_views`), per_type.csv and report.md name a figure by the same key
 (`figure_key`) and print it with its label, so a number never travels without saying which
-protocol made it: the headline figures under their own names, each per-question view as
+evaluation made it: the headline figures under their own names, each per-question view as
 `view:<name>`, each further figure the benchmark declares as `aggregate:<name>`.
 """
 
@@ -21,7 +21,7 @@ __all__ = ["aggregate_views", "figure_entry", "figure_key"]
 
 def aggregate_views(result: BenchmarkResult) -> dict[str, Any]:
     """The benchmark's own numbers, labelled with what they are: the headline figures
-    (`overall_accuracy`, `average_accuracy`, computed as the benchmark's protocol says), each
+    (`overall_accuracy`, `average_accuracy`, computed as the benchmark's evaluation says), each
     per-question view (`view:<name>`), and each further figure (`aggregate:<name>`). A figure
     has its label, its weighting, covered types and per-type verdicts, `per_arm` (the value,
     a fraction), `accuracy` per arm {n, value, ci_low, ci_high}, `paired` per reconstruction

@@ -5,7 +5,7 @@ Grammar: `[BENCHMARK[/TYPE]:][FIGURE:]METRIC OP NUMBER`, OP one of >= <= > < ==;
 
 A gate reads one of the benchmark's declared figures (`core.labels`, `BenchmarkResult.figure`):
 without FIGURE, its **headline**, the number its paper prints and the terminal shows first
-(RSVQA: the original protocol's OA, count/area answers in classes; VRSBench: All under the
+(RSVQA: the original evaluation's OA, count/area answers in classes; VRSBench: All under the
 official rules; others: their overall accuracy). `published`, `average_accuracy` and the
 benchmark's other figures are named so (`rsvqa_lr:published:orig>=0.92`); `exact` is exact
 match, the per-type table's verdict (`rsvqa_lr/count:exact:orig>=0.25`). With TYPE, the

@@ -35,7 +35,7 @@ JUDGE_PROMPT = (
 
 
 def official_rules(ground_truth: str, predicted: str) -> bool | None:
-    """Rules 1-2 of the official protocol on the lower-cased texts; None: the judge decides."""
+    """Rules 1-2 of the official evaluation on the lower-cased texts; None: the judge decides."""
     g, p = ground_truth.strip().lower(), predicted.strip().lower()
     if not g:
         return False

@@ -1,4 +1,4 @@
-"""The names a benchmark gives its numbers, and how its protocol computes its figures,
+"""The names a benchmark gives its numbers, and how its evaluation computes its figures,
 declared in the benchmark's own module.
 
 Kept apart from `results` (which needs numpy for the statistics) because every benchmark
@@ -51,7 +51,7 @@ class ViewLabel:
 
 @dataclass(frozen=True, slots=True)
 class Aggregate:
-    """One figure a benchmark's protocol or papers define over its per-question verdicts.
+    """One figure a benchmark's evaluation or papers define over its per-question verdicts.
 
     `weighting` "questions": correct / questions over the covered types, each question once
     (an overall accuracy, RSVQA's OA); "types": the unweighted mean of the covered types'
@@ -132,7 +132,7 @@ class Labels:
         return self.headline(n_types) + self.aggregates
 
     @property
-    def declares_protocol(self) -> bool:
+    def declares_evaluation(self) -> bool:
         """Whether some figure differs from what the per-type table already shows."""
         return bool(self.verdicts or self.aggregates)
 

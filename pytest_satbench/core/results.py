@@ -11,7 +11,7 @@ gets (0): it stays in every denominator.
 
 Besides the per-type statistics and the per-question views, every figure the benchmark
 declares (`Labels.figures`: the headline overall and average accuracy, computed as its
-protocol says, and the further figures its papers publish) is computed here with
+evaluation says, and the further figures its papers publish) is computed here with
 `stats.summarize_aggregate`, and `figures_json.aggregate_views` pairs each with its label, so
 a figure and the sentence saying what it is travel together to the terminal, summary.json,
 per_type.csv and report.md. A loader's notes on how it read some questions (`labels.NOTE`)
@@ -156,7 +156,7 @@ class BenchmarkResult:
     @property
     def headline(self) -> Aggregate | None:
         """The figure a paper prints for this benchmark (its first declared figure: RSVQA's OA
-        under the original protocol, VRSBench's All under its rules, LHRS's accuracy)."""
+        under the original evaluation, VRSBench's All under its rules, LHRS's accuracy)."""
         declared = self.declared_figures()
         return declared[0] if declared else None
 

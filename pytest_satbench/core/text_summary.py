@@ -3,7 +3,7 @@
 It stays within 80 columns: one table of accuracy per arm (titled with what its verdict
 is), then one paired table per reconstruction arm with the delta, its clustered-bootstrap
 interval, regressed/improved counts and McNemar's p, then the benchmark's figures (its
-headline as its protocol computes it, and the figures its papers publish, each under its
+headline as its evaluation computes it, and the figures its papers publish, each under its
 label, per arm with interval and paired delta), its per-question views, the loader's notes
 and the noise floor.
 """
@@ -132,10 +132,10 @@ def render_stats(st: BenchmarkStats, width: int = 80) -> list[str]:
 
 def render_figures(result: BenchmarkResult, width: int = 80) -> list[str]:
     """The benchmark's figures that the terminal shows (`Aggregate.terminal`), when the
-    benchmark declares a protocol (otherwise the headline is the table's own overall row and
+    benchmark declares its own evaluation (otherwise the headline is the table's own overall row and
     mean of types, already shown): per figure its label, then per arm n, the value, its
     interval and, for reconstruction arms, the paired delta and its interval."""
-    if not result.labels.declares_protocol:
+    if not result.labels.declares_evaluation:
         return []
     shown = [a for a in result.declared_figures() if a.terminal and a.name in result.figures]
     if not shown:
@@ -144,7 +144,7 @@ def render_figures(result: BenchmarkResult, width: int = 80) -> list[str]:
     labels, _ = A.arm_labels(arms)
     aw = max(6, min(max(len(labels[a]) for a in arms), 16)) + 1
     lines = [""]
-    lines += F.prose("benchmark figures (%): the headline as the benchmark's protocol computes it, "
+    lines += F.prose("benchmark figures (%): the headline as the benchmark's evaluation computes it, "
                      "then any view its papers publish; 95% CI clustered by image, delta vs orig in points", width)
     for agg in shown:
         fs: AggregateStats = result.figures[agg.name]

@@ -238,7 +238,7 @@ def score_question(
 
 def _judged(q: Question, rows: Mapping[str, AnswerRow], scores: Mapping[str, Score],
             views: dict[str, dict[str, float]]) -> None:
-    """VRSBench's official protocol: where its rules leave an answer undecided and the run asked
+    """VRSBench's official evaluation: where its rules leave an answer undecided and the run asked
     the judge (`--judge`), the judge's verdict is the official view's value. Without a verdict
     (no judge, or the judge failed: an error row) the value stays the rules' 0."""
     judge, final_answer = _modules().judge, _modules().scoring.final_answer

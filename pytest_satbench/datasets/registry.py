@@ -76,7 +76,7 @@ class Benchmark:
     # paper gives the headline numbers and those views.
     score_views: frozenset[str] = frozenset()
     labels: Labels = Labels()
-    # the labels of a run that asked an LLM judge (`--judge`), where its protocol has one
+    # the labels of a run that asked an LLM judge (`--judge`), where its evaluation has one
     judged_labels: Labels | None = None
 
     def __post_init__(self) -> None:

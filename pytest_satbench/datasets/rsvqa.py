@@ -8,7 +8,7 @@ which works whether or not the two lists are positionally aligned. Images are
 `<image dir>/<img_id>.tif` (HR also ships `.png` copies).
 
 All four question types are kept (presence, comp, count, rural_urban or area). The
-headline figures follow the original RSVQA protocol (count/area classes, see `_labels`);
+headline figures follow the original RSVQA evaluation (count/area classes, see `_labels`);
 the field's published view and exact match per type are reported beside them.
 
 The view ``("binned", 0|1)`` (`binned`, declared in `RSVQA_VIEWS`) for ``count`` and ``area``
@@ -165,7 +165,7 @@ def _image_ref(folder: Path, img_id: Any, extensions: tuple[str, ...]) -> ImageR
 
 # What RSVQA's numbers mean (docs/benchmarks.md has the sources):
 #
-# * the headline is the original RSVQA protocol (Lobry et al. 2020; syvlo/RSVQA
+# * the headline is the original RSVQA evaluation (Lobry et al. 2020; syvlo/RSVQA
 #   VQA_model/VocabEncoder.py and computeStats.py): answers are classes, LR count answers
 #   in 5 classes (`range_numbers=True` for LR only), areas (`...m2`) in the same 5 classes on
 #   every split, HR counts exact; OA = right / all questions of the 4 types, AA = the mean of
@@ -239,9 +239,9 @@ def _labels(lr: bool) -> Labels:
         which = "presence and comparison"
         left = "count and area"
     return Labels(
-        overall=f"RSVQA overall accuracy (OA), original protocol (syvlo/RSVQA): {how}; "
+        overall=f"RSVQA overall accuracy (OA), original evaluation (syvlo/RSVQA): {how}; "
                 "right / all questions of the 4 types",
-        average=f"RSVQA average accuracy (AA), original protocol (syvlo/RSVQA): {how}; "
+        average=f"RSVQA average accuracy (AA), original evaluation (syvlo/RSVQA): {how}; "
                 "mean of the {types} type accuracies",
         views=(BINNED,),
         verdicts=((binned, "binned"),),

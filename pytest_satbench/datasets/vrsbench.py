@@ -14,10 +14,10 @@ is stored as `unique` by the authors' notebook and read as `is_unique` by their 
 both are accepted. Types are `unique` / `non-unique`, which gives the paper's split.
 
 The VQA view ``("official", 0|1)`` (`official`): the deterministic part of the official
-VRSBench protocol (lx709/VRSBench ``eval_vqa_gpt.ipynb``), on the lower-cased, stripped final
+VRSBench evaluation (lx709/VRSBench ``eval_vqa_gpt.ipynb``), on the lower-cased, stripped final
 answer ``pred`` (`core.scoring.final_answer`) and ground truth ``gt``: correct if ``gt`` is a
 substring of ``pred``; else, if ``gt`` is ``yes``/``no``/``0``..``99``, correct iff
-``gt == pred``; else 0. The official protocol asks GPT-4o-mini in that last case, which we do
+``gt == pred``; else 0. The official evaluation asks GPT-4o-mini in that last case, which we do
 not unless the run asks a judge (``--judge``, `core.judge`), so without it this view is a
 lower bound of the published VRSBench numbers.
 The released ground truths are not clipped to the grid (an object cut by the patch border
@@ -250,7 +250,7 @@ def _loader(
 # urban merged into scene type) and the question-weighted overall accuracy. Without the
 # judge the "official" view is the rules only: a lower bound of the published figures.
 def vrsbench_official(gt: str, pred: str) -> bool:
-    """Rules 1 and 2 of the official VRSBench VQA protocol; an answer they leave to the judge
+    """Rules 1 and 2 of the official VRSBench VQA evaluation; an answer they leave to the judge
     (rule 3, `core.judge`) is not a match here (the run's results use the judge's verdict)."""
     return official_rules(gt, pred) is True
 
@@ -265,29 +265,29 @@ def official(question: Question, reply: str, options: ScoreOptions) -> float | N
 
 VQA_VIEWS = frozenset({View(JUDGED_VIEW, official)})  # the judge rules where this view cannot
 _RULES = "official rules (ground truth contained in the answer; yes/no and 0-99 exact)"
-_LOWER = "rules only: a lower bound of the published protocol, which asks an LLM judge about the rest"
+_LOWER = "rules only: a lower bound of the published evaluation, which asks an LLM judge about the rest"
 VQA_LABELS = Labels(
     overall=f"VRSBench All (question-weighted), {_RULES}; {_LOWER}",
     average="VRSBench mean over the {types} question types, " + f"{_RULES}; {_LOWER}",
     views=(ViewLabel(
         "official",
         "official: VRSBench's rules only (gt contained in answer; yes/no and 0-99 exact), no LLM judge",
-        "VRSBench official rules only (no LLM judge): a lower bound of the published protocol",
+        "VRSBench official rules only (no LLM judge): a lower bound of the published evaluation",
     ),),
     verdicts=((ANY_TYPE, "official"),),
-    table="exact match per question type (%), not VRSBench's protocol (its rules give the figures below)",
+    table="exact match per question type (%), not VRSBench's evaluation (its rules give the figures below)",
 )
-# With --judge the rules' undecided answers get the judge's verdict: the published protocol
+# With --judge the rules' undecided answers get the judge's verdict: the published evaluation
 # (the judge model is the user's choice, named in protocol.json).
-_JUDGED = "the published protocol: rules, then an LLM judge on the rest (protocol.json names the judge)"
+_JUDGED = "the published evaluation: rules, then an LLM judge on the rest (protocol.json names the judge)"
 JUDGED_VQA_LABELS = replace(
     VQA_LABELS,
     overall=f"VRSBench All (question-weighted), {_JUDGED}",
     average="VRSBench mean over the {types} question types, " + _JUDGED,
     views=(ViewLabel(
         "official",
-        "official: VRSBench's protocol (rules, then the LLM judge on the rest)",
-        "VRSBench official protocol (rules, then the LLM judge)",
+        "official: VRSBench's evaluation (rules, then the LLM judge on the rest)",
+        "VRSBench official evaluation (rules, then the LLM judge)",
     ),),
 )
 # Grounding is reported as Acc@0.5 / Acc@0.7, split by whether the object is unique. The

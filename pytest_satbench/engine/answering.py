@@ -80,7 +80,7 @@ class Job:
 
 @dataclass(frozen=True)
 class Judge:
-    """The LLM judge of VRSBench's official protocol (`--judge`): its own server pool and
+    """The LLM judge of VRSBench's official evaluation (`--judge`): its own server pool and
     model; its verdicts are stored and fingerprinted like answers."""
 
     pool: ServerPool

@@ -7,8 +7,8 @@ here as a plugin) imports the engine, numpy, PIL and SQLite where a benchmark ru
 Behaviour lives in modules named for one concern: `options` (the option table), `items`
 (questions as items), `state` (what the plugin objects share for one run), `collection`
 (benchmarks become items, -k before loading), `run` (the runtime while items run, one item's
-outcome, stops), `finish` (gates, reports, the summary, --lf bookkeeping), `protocol`
-(the lean per-item run protocol), `outcomes` (letters and verdicts), `progress` (the live
+outcome, stops), `finish` (gates, reports, the summary, --lf bookkeeping), `runtest`
+(the lean per-item runtest), `outcomes` (letters and verdicts), `progress` (the live
 progress line), `terminal` (the summary; how the progress line is written), `xdist` (hooks
 and the image-group scheduler), `sequential` (--precision / --margin: stop asking a benchmark once
 its answer is known), `signals` (SIGTERM stops a run as Ctrl-C does), `fixtures`

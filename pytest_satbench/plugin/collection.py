@@ -136,8 +136,8 @@ class Collection:
         # (a full collect first would cost 0.2 s at that size and find almost nothing).
         if len(session.items) > 10_000:
             gc.freeze()
-        # question items' reports stay small to the end of the session (plugin/protocol.py)
-        from pytest_satbench.plugin.protocol import QuestionReports
+        # question items' reports stay small to the end of the session (plugin/runtest.py)
+        from pytest_satbench.plugin.runtest import QuestionReports
 
         pm = self.state.config.pluginmanager
         if not pm.has_plugin(QuestionReports.NAME) and any(isinstance(i, QuestionItem) for i in session.items):

@@ -1,17 +1,17 @@
 """Question items next to other pytest plugins.
 
-Question items run a lean per-item protocol (`plugin/protocol.py`): the same hooks and the
+Question items run a lean per-item runtest (`plugin/runtest.py`): the same hooks and the
 same setup, call and teardown reports as any item, but no fixtures, no output capture and no
 `pytest_runtest_setup` / `_call` / `_teardown` hooks. Most plugins need nothing more; for the
 rest this module decides, once per process and before the first item, what a run does:
 
-- **Standard protocol for the run** where a plugin needs pytest's own per-item protocol:
-  pytest-rerunfailures with reruns asked for (its protocol re-runs an item), pytest-json-report
+- **Standard runtest for the run** where a plugin needs pytest's own per-item runtest:
+  pytest-rerunfailures with reruns asked for (its runtest re-runs an item), pytest-json-report
   (`--json-report`: its bookkeeping is filled in the runtest hooks), pytest-cov's
   `--cov-context=test`, and any plugin or conftest.py this module does not know that
   implements one of those three hooks. One line says so, naming each plugin
   (`Compat.standard`); everything else about the run stays as it is. The price, measured by
-  performance/protocol.py (10,000 question items, a resumed run, 2 loaded cores): +0.17 ms of
+  performance/runtest.py (10,000 question items, a resumed run, 2 loaded cores): +0.17 ms of
   client CPU per item (368 -> 541 us), nothing per request.
 - **Properties**: each question item's outcome and its arms' verdicts go on its call and
   teardown reports as `user_properties` (record_property style), so junit XML writes them
@@ -44,7 +44,7 @@ import pytest
 
 from pytest_satbench.plugin.items import RERUN_SETTLED, QuestionItem
 from pytest_satbench.plugin.outcomes import ERROR, IMPROVED, REGRESSED, WRONG
-from pytest_satbench.plugin.protocol import QuestionReports, drop_tmp_path_record
+from pytest_satbench.plugin.runtest import QuestionReports, drop_tmp_path_record
 
 if TYPE_CHECKING:
     from pytest_satbench.plugin.options import Settings
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 NAME = "satbench-compat"
 COMPAT_KEY = pytest.StashKey["Compat"]()
 
-# The hooks the lean protocol does not call; a plugin implementing one expects them.
+# The hooks the lean runtest does not call; a plugin implementing one expects them.
 RUNTEST_HOOKS = ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown")
 
 # Implementations of RUNTEST_HOOKS known to need nothing of a question item, by the
@@ -64,11 +64,11 @@ LEAN_IS_FINE = (
     "pytest_randomly.",  # reseeds `random` & co. before each phase: a question item draws nothing
     "pytest_timeout.",  # starts its timer (func_only): question items are exempt, see below
     "pytest_benchmark.",  # checks the arguments of @pytest.mark.benchmark
-    "pytest_rerunfailures.",  # its teardown acts only in its own protocol (the reruns rule)
+    "pytest_rerunfailures.",  # its teardown acts only in its own runtest (the reruns rule)
     "pytest_cov.plugin.CovPlugin.",  # pauses coverage for no_cover tests
     "_hypothesis_pytestplugin.",  # acts only on items with an `obj` (test functions): a question item has none
 )
-# ... and those known to need pytest's protocol, with the name the line gives them.
+# ... and those known to need pytest's runtest, with the name the line gives them.
 NEEDS_STANDARD = {
     "pytest_jsonreport.": "pytest-json-report (--json-report)",
     "pytest_cov.plugin.TestContextPlugin.": "pytest-cov (--cov-context=test)",
@@ -76,7 +76,7 @@ NEEDS_STANDARD = {
 
 # Implementations of pytest_runtest_makereport known to need only the call report of a
 # question item; with any other (pytest-rerunfailures' keeps state from setup to teardown),
-# the lean protocol makes its setup and teardown reports through the hook too.
+# the lean runtest makes its setup and teardown reports through the hook too.
 CALL_REPORT_IS_ENOUGH = ("_pytest.", "pytest_satbench.", "pytest_html.", "pytest_benchmark.", "pytest_jsonreport.")
 
 OUTCOME_PROPERTY = "satbench_outcome"
@@ -96,10 +96,10 @@ class Compat:
         self.counts: Counter[str] = Counter()  # outcomes of the call reports seen (html, sugar)
         self._sugar = False
 
-    # ------------------------------------------------------------------ the protocol
+    # ------------------------------------------------------------------ the runtest
     @property
     def standard(self) -> tuple[str, ...]:
-        """Why question items run pytest's standard protocol in this run (empty: they run
+        """Why question items run pytest's standard runtest in this run (empty: they run
         the lean one)."""
         if self._standard is None:
             self._standard = tuple(self._needs_standard())
@@ -113,7 +113,7 @@ class Compat:
 
     @property
     def phases_made(self) -> bool:
-        """Whether the lean protocol makes setup and teardown reports through
+        """Whether the lean runtest makes setup and teardown reports through
         pytest_runtest_makereport: only where a plugin other than pytest's own wraps it."""
         if self._phases_made is None:
             impls = self.config.pluginmanager.hook.pytest_runtest_makereport.get_hookimpls()
@@ -127,7 +127,7 @@ class Compat:
         reruns = reruns_asked(config)
         if reruns:
             why.append(f"pytest-rerunfailures ({reruns})")
-        # another plugin's own protocol (not a wrapper) must get its turn
+        # another plugin's own runtest (not a wrapper) must get its turn
         for impl in pm.hook.pytest_runtest_protocol.get_hookimpls():
             name = _qualname(impl.function)
             if impl.hookwrapper or impl.wrapper or name.startswith(("_pytest.", "pytest_satbench.", "pytest_rerunfailures.")):
@@ -170,8 +170,8 @@ class Compat:
         return outcome
 
     def end_item(self, item: pytest.Item) -> None:
-        """After a question item's teardown report (either protocol): its properties are on
-        its reports, and pytest's tmp_path record is of no use (`protocol.drop_tmp_path_record`)."""
+        """After a question item's teardown report (either runtest): its properties are on
+        its reports, and pytest's tmp_path record is of no use (`runtest.drop_tmp_path_record`)."""
         if item.user_properties:
             item.user_properties.clear()
         drop_tmp_path_record(item)
@@ -219,7 +219,7 @@ class Compat:
         s = self.settings
         out: list[str] = []
         if self.standard and not collect_only:
-            out.append(f"satbench: {', '.join(self.standard)}: question items run pytest's standard per-item protocol "
+            out.append(f"satbench: {', '.join(self.standard)}: question items run pytest's standard per-item runtest "
                        "in this run, not the lean one (capture, fixtures, every runtest hook: about 0.2 ms more CPU "
                        "per item)")
         timeout = getattr(config, "_env_timeout", None)

@@ -431,7 +431,7 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="none: VRSBench's official view is rules only, a lower bound"),
     Option("--blind", "also ask every question with no image (language-prior control)", kind="flag", config="blind"),
     Option("--gate", "accuracy gate, repeatable: [BENCHMARK[/TYPE]:][FIGURE:]METRIC OP NUMBER; without FIGURE "
-           "it reads the benchmark's headline (RSVQA: the original protocol's OA), 'exact:' exact match, e.g. "
+           "it reads the benchmark's headline (RSVQA: the original evaluation's OA), 'exact:' exact match, e.g. "
            "'rsvqa_lr:recon>=0.80', 'rsvqa_lr:published:orig>=0.92', 'delta>=-2.0'", kind="list", default=(), parse=_gates, fields=("gates",),
            ini="satbench_gates", ini_adds=True, metavar="EXPR", default_doc="none"),
     Option("--repeat-orig", "noise floor: ask the original K times in all on a sample of questions and report "

@@ -456,7 +456,7 @@ class ProgressPlugin:
 
 
 class PauseForOwnItems:
-    """On a terminal, in a run that is not distributed: items with pytest's own protocol
+    """On a terminal, in a run that is not distributed: items with pytest's own runtest
     (your tests in the same run) may print under -s or log to the terminal while they run,
     past pytest's writer; the line is erased for them and drawn again after. Registered only
     while the line is shown: a hook wrapper costs a call per item."""

@@ -26,7 +26,7 @@ import pytest
 
 from pytest_satbench.plugin.items import QuestionFailed, QuestionItem
 from pytest_satbench.plugin.options import OPTIONS
-from pytest_satbench.plugin.protocol import run_question_item
+from pytest_satbench.plugin.runtest import run_question_item
 from pytest_satbench.plugin.signals import StopSignals
 from pytest_satbench.plugin.state import MODEL_SWAPPED_EXIT, SERVERS_GONE_EXIT, STORE_FAILED_EXIT, RunState
 
@@ -221,7 +221,7 @@ class RunController:
                 return run_question_item(item, nextitem)
             if self._compat.lean:
                 return run_question_item(item, nextitem, phases_made=self._compat.phases_made)
-        return None  # pytest's own protocol (for question items: a plugin needs it, plugin/compat.py)
+        return None  # pytest's own runtest (for question items: a plugin needs it, plugin/compat.py)
 
     def run_item(self, item: QuestionItem) -> None:
         from pytest_satbench.core.verdict import question_record

@@ -1,10 +1,10 @@
-"""A lean run protocol for question items, and lean reports.
+"""A lean runtest for question items, and lean reports.
 
-pytest's protocol wraps each of an item's three phases in output capture (two `dup2`
+pytest's runtest wraps each of an item's three phases in output capture (two `dup2`
 calls per phase), a logging handler, fixture setup and teardown, and three full reports.
 A question item prints nothing, logs nothing and uses no fixture, and at 222k items that
 machinery costs more CPU than asking the question does (0.4-0.6 ms per item, measured
-with py-spy on pytest 9.2). This protocol keeps what other plugins and pytest users rely on:
+with py-spy on pytest 9.2). This runtest keeps what other plugins and pytest users rely on:
 
 - the same hooks in the same order: `pytest_runtest_logstart`, a setup, call and
   teardown report each through `pytest_runtest_logreport`, `pytest_runtest_logfinish`;
@@ -18,9 +18,9 @@ with py-spy on pytest 9.2). This protocol keeps what other plugins and pytest us
 What a question item does not get: fixtures (autouse ones included), output capture, and
 the `pytest_runtest_setup` / `pytest_runtest_call` / `pytest_runtest_teardown` hooks. A
 plugin that needs those (pytest-json-report, pytest-rerunfailures with --reruns, a
-conftest.py implementing them) makes the whole run use pytest's standard protocol instead:
+conftest.py implementing them) makes the whole run use pytest's standard runtest instead:
 `plugin/compat.py` decides, once, and says so in one line. Items of other kinds in the same
-run (your own tests) always run pytest's normal protocol.
+run (your own tests) always run pytest's normal runtest.
 
 Memory. pytest keeps every report to the end of the session (the terminal's `stats`, for the
 final counts, -r and --durations): three per item, 3.3 KB per question item in all before
@@ -80,7 +80,7 @@ def _passed(item: pytest.Item, when: str, duration: float, start: float, stop: f
 
 
 def _sections(item: pytest.Item) -> list[tuple[str, str]]:
-    # output captured in any phase so far (pytest's standard protocol captures; the lean one
+    # output captured in any phase so far (pytest's standard runtest captures; the lean one
     # does not, and this is empty)
     return [(f"Captured {key} {when}", content) for when, key, content in item._report_sections]
 
@@ -113,7 +113,7 @@ def _instant(when: Literal["setup", "teardown"], at: float) -> CallInfo[None]:
 
 
 def run_question_item(item: pytest.Item, nextitem: pytest.Item | None, *, phases_made: bool = True) -> bool:
-    """The lean protocol. `phases_made`: the setup and teardown reports are made through
+    """The lean runtest. `phases_made`: the setup and teardown reports are made through
     `pytest_runtest_makereport` too (a plugin's wrapper keeps state from setup to teardown);
     else, when no plugin but pytest and this one implements it (`compat.Compat.phases_made`),
     they are built directly, without the hook's wrappers (~10 us per item)."""
@@ -127,10 +127,10 @@ def run_question_item(item: pytest.Item, nextitem: pytest.Item | None, *, phases
     ihook.pytest_runtest_logreport(report=ihook.pytest_runtest_makereport(item=item, call=call))
 
     if item.session.shouldfail or item.session.shouldstop:
-        nextitem = None  # as pytest's own protocol: tear everything down when stopping
+        nextitem = None  # as pytest's own runtest: tear everything down when stopping
     setupstate = item.session._setupstate
     if not setupstate.stack:
-        # nothing is set up (question items set nothing up; no test of pytest's own protocol
+        # nothing is set up (question items set nothing up; no test of pytest's own runtest
         # ran before, or its nodes are torn down): teardown has nothing to do, at the instant
         # the call ended
         teardown = _instant("teardown", call.stop)
@@ -160,7 +160,7 @@ def _forget(item: pytest.Item) -> None:
 
 
 # Attributes pytest-rerunfailures sets on an item in each setup report and reads until the
-# item's teardown (and, with --reruns, in its own protocol: a lean run has no reruns).
+# item's teardown (and, with --reruns, in its own runtest: a lean run has no reruns).
 PER_ATTEMPT_STATE = ("_test_failed_statuses", "_terminal_errors", "_test_xfailed", "_rerun_condition_excinfos",
                      "_rerun_condition_results")
 
@@ -231,7 +231,7 @@ class QuestionReports:
     def pytest_runtest_makereport(self, item: pytest.Item, call: CallInfo[None]) -> TestReport | None:
         """A question item's passed setup, call or teardown report, without pytest's keyword
         dict (first result: pytest's own implementation is not called; every wrapper still
-        wraps it), under the lean protocol and pytest's standard one alike."""
+        wraps it), under the lean runtest and pytest's standard one alike."""
         if self.is_question(item):
             return phase_report(item, call)
         return None

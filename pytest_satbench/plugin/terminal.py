@@ -107,7 +107,7 @@ class StatusLine:
 
     Limits: output that bypasses pytest's writer (a test's print under `-s`, a thread
     writing to stderr) can overwrite the status until its next refresh; the items with
-    pytest's own protocol (your tests, which may print) run with the status erased
+    pytest's own runtest (your tests, which may print) run with the status erased
     (`progress.ProgressPlugin.pytest_runtest_protocol`).
     """
 

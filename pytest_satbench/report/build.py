@@ -163,7 +163,7 @@ def _labels(declared: Any, protocol: Mapping[str, Any]) -> Labels:
     if declared is None:
         return Labels()
     if protocol.get("judge") and declared.judged_labels is not None:
-        return declared.judged_labels  # the run asked a judge: the published protocol
+        return declared.judged_labels  # the run asked a judge: the published evaluation
     return declared.labels
 
 

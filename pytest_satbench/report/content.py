@@ -341,14 +341,14 @@ def _figures(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
     out: list[Block] = [
         Heading(2, rich("The benchmark's figures")),
         Paragraph(rich(
-            "The headline first, as the benchmark's protocol computes it, then the views its papers publish; "
+            "The headline first, as the benchmark's evaluation computes it, then the views its papers publish; "
             "each label says whose convention it is and what it counts. Value with its 95% interval (clustered "
             "by image) in brackets; delta = the same figure on the per-question difference from ", Code(A.ORIG),
             ", in points, with its interval; n = the questions the figure covers. ", Code("key"),
             " is the figure's name in summary.json (", Code("aggregate_views"), ") and per_type.csv.")),
         Table(columns, tuple(rows)),
     ]
-    if data.labels.declares_protocol:
+    if data.labels.declares_evaluation:
         out += [
             Paragraph(rich("What each figure is made of: per covered type, the verdict that decides it "
                            "(exact match, or a per-question view) and each arm's share right.")),

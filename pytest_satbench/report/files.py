@@ -130,7 +130,7 @@ def write_per_type_csv(path: Path, data: BenchmarkResult) -> None:
                 w.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
         # the benchmark's figures when it declares a protocol (else its headline is the
         # overall row above and the mean of types): type = the figure's key, with its label
-        if data.labels.declares_protocol:
+        if data.labels.declares_evaluation:
             for agg in data.declared_figures():
                 fs = data.figures[agg.name]
                 for arm in st.arms:

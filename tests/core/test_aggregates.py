@@ -125,7 +125,7 @@ def test_original_rsvqa_lr_protocol_by_hand() -> None:
     res = _run("rsvqa_lr", LR_PLAN)
     agg = aggregate_views(res)
     oa, aa, pub = agg[OVERALL], agg[AVERAGE], agg["aggregate:published"]
-    assert oa["label"].startswith("RSVQA overall accuracy (OA), original protocol")
+    assert oa["label"].startswith("RSVQA overall accuracy (OA), original evaluation")
     assert oa["verdicts"] == {"comp": "exact match", "count": "binned", "presence": "exact match",
                               "rural_urban": "exact match"}
     # orig: count 5/6 in classes (exact: 1/6), presence 2/2, comp 1/2, rural/urban 1/2
@@ -146,7 +146,7 @@ def test_original_rsvqa_lr_protocol_by_hand() -> None:
 
 
 HR_PLAN = [
-    ("count", "3", "3", "4"),  # HR counts are exact in the original protocol
+    ("count", "3", "3", "4"),  # HR counts are exact in the original evaluation
     ("count", "40", "45", "40"),  # same class, wrong count: wrong
     ("area", "0m2", "0m2", "0"),  # class 0, with or without the unit
     ("area", "7m2", "9m2", "11m2"),  # 1-10 / 11-100
@@ -183,7 +183,7 @@ def test_vrsbench_headline_is_the_rules_only_mean_and_all() -> None:
     res = _run("vrsbench", plan)
     agg = aggregate_views(res)
     oa, aa = agg[OVERALL], agg[AVERAGE]
-    assert "rules only: a lower bound of the published protocol" in oa["label"]
+    assert "rules only: a lower bound of the published evaluation" in oa["label"]
     assert aa["label"].startswith("VRSBench mean over the 3 question types")  # 3 types in this run
     assert set(oa["verdicts"].values()) == {"official"}
     assert res.stats.by_type.keys() == {"object color", "object quantity", "scene type"}
@@ -221,7 +221,7 @@ def test_grounding_publishes_no_mean_of_unique_and_non_unique() -> None:
 def test_generic_benchmark_figures_are_the_tables_own() -> None:
     recs = [_record(k, t, k % 3 == 0, k % 2 == 0) for k, t in enumerate(["a", "b", "c"] * 5)]
     labels = Labels()
-    assert not labels.declares_protocol
+    assert not labels.declares_evaluation
     assert [a.name for a in labels.figures(3)] == [OVERALL, AVERAGE]
     st = summarize(recs, iterations=0)
     fs = summarize_aggregate(recs, weighting="types", iterations=0)
@@ -251,7 +251,7 @@ def test_every_declared_verdict_is_a_view_the_benchmark_computes() -> None:
 def test_terminal_shows_the_figures_under_their_labels() -> None:
     res = _run("rsvqa_lr", LR_PLAN, iterations=50)
     text = "\n".join(render(res))
-    assert "RSVQA overall accuracy (OA), original protocol" in text
+    assert "RSVQA overall accuracy (OA), original evaluation" in text
     assert "published view, GeoChat's convention" in text
     assert "unweighted mean of the 3 type accuracies" not in text  # reports only
     assert "exact match per question type (%)" in text

@@ -138,5 +138,5 @@ def test_each_split_declares_its_protocol_and_the_published_view() -> None:
     assert (published.types, published.weighting) == (("presence", "comp", "rural_urban"), "questions")
     assert "GeoChat's convention" in published.label and "count left out" in published.label
     assert {a.name: a for a in hr.aggregates}["published"].types == ("presence", "comp")
-    assert lr.overall.startswith("RSVQA overall accuracy (OA), original protocol")
+    assert lr.overall.startswith("RSVQA overall accuracy (OA), original evaluation")
     assert "count answers in the 5 RSVQA classes" in lr.overall and "counts exact" in hr.overall

@@ -35,7 +35,7 @@ needs_plugins = pytest.mark.skipif(
            "(run `make install-test`)",
 )
 
-STANDARD = "question items run pytest's standard per-item protocol in this run"
+STANDARD = "question items run pytest's standard per-item runtest in this run"
 RURAL_URBAN = "rural or an urban"
 
 
@@ -109,7 +109,7 @@ def _coverage(done: Run, reference: Run) -> None:
 
 
 # name, the plugins loaded (ALL: everything installed, autoloaded), options ("{out}": the
-# run's folder), why question items run the standard protocol (None: the lean one), a check
+# run's folder), why question items run the standard runtest (None: the lean one), a check
 MATRIX: list[tuple[str, Sequence[str] | None, list[str], str | None, Callable[[Run, Run], None] | None]] = [
     ("installed", ALL, [], None, None),
     ("installed-n2", ALL, ["-n", "2"], None, None),
@@ -177,7 +177,7 @@ def _regressed(reference: Run) -> set[str]:
 @needs_plugins
 def test_rerunfailures_merely_installed_keeps_the_lean_protocol(project: Path, server: Reference,
                                                                  reference: Run) -> None:
-    """The issue's INTERNALERROR (`_terminal_errors`): the lean protocol's setup report now
+    """The issue's INTERNALERROR (`_terminal_errors`): the lean runtest's setup report now
     goes through pytest_runtest_makereport, as pytest-rerunfailures' wrapper expects."""
     done = run(project, server, "rerun-installed-n2", "-n", "2", plugins=["rerunfailures"],
                store=copy_store(reference.root / "reference" / "results.sqlite", project / "s-installed"))

@@ -77,7 +77,7 @@ def test_a_bare_gate_reads_the_headline_the_terminal_prints(pytester: pytest.Pyt
                      "--gate", "rsvqa_lr:published:orig>=1.0")
     assert result.ret == GATE_FAILED_EXIT
     result.stdout.fnmatch_lines([
-        "RSVQA overall accuracy (OA), original protocol*", "*", "*", "  orig * 32 * 100.0 *",
+        "RSVQA overall accuracy (OA), original evaluation*", "*", "*", "  orig * 32 * 100.0 *",
         "rsvqa_lr:orig>=1.0 * PASS * overall_accuracy (headline) * orig = 1 in rsvqa_lr",
         "rsvqa_lr:exact:orig>=1.0 * FAIL * exact match * orig = 0.75 in rsvqa_lr, needs >= 1",
         "rsvqa_lr/count:orig>=1.0 * PASS * overall_accuracy (headline) * orig = 1 in rsvqa_lr/count",

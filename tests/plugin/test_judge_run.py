@@ -1,5 +1,5 @@
-"""VRSBench's official protocol end to end: with --judge, a real run's figures take the judge's
-verdicts where the rules leave an answer undecided, under the published protocol's label; the
+"""VRSBench's official evaluation end to end: with --judge, a real run's figures take the judge's
+verdicts where the rules leave an answer undecided, under the published evaluation's label; the
 judge is asked once per undecided answer over runs; without it, the rules-only lower bound."""
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def test_the_judge_decides_what_the_rules_leave_and_is_asked_once(pytester: pyte
         assert judge.chat_requests == asked == 4  # 2 undecided answers on each of 2 images, once
         rules_only = _run(pytester, data, srv.url, "--tag", "nojudge")
     out = judged.stdout.str()
-    assert "VRSBench All (question-weighted), the published protocol: rules, then an LLM" in out
+    assert "VRSBench All (question-weighted), the published evaluation: rules, then an LLM" in out
     # 24 questions: quantity wrong by the rules, colour wrong by the judge, category right by it
-    judged.stdout.fnmatch_lines(["*the published protocol*", "*orig *24 *83.3*"])
+    judged.stdout.fnmatch_lines(["*the published evaluation*", "*orig *24 *83.3*"])
     assert again.stdout.str().count("83.3") == out.count("83.3")
     rules_only.stdout.fnmatch_lines(["*rules only: a lower bound of the*", "*orig *24 *75.0*"])

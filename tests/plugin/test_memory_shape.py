@@ -1,4 +1,4 @@
-"""What a run keeps per question item until the end of the session (plugin/protocol.py).
+"""What a run keeps per question item until the end of the session (plugin/runtest.py).
 
 Shape, not timings: the terminal's reports of passed question items are `LeanReport`s (no
 instance dict, no keywords, sections or user properties), failed ones keep their failure

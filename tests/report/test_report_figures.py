@@ -52,7 +52,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_summary_carries_every_figure_with_interval_and_delta(folder: Path) -> None:
     agg = json.loads((folder / "summary.json").read_text())["aggregate_views"]
     oa, aa, pub = agg["overall_accuracy"], agg["average_accuracy"], agg["aggregate:published"]
-    assert oa["label"].startswith("RSVQA overall accuracy (OA), original protocol")
+    assert oa["label"].startswith("RSVQA overall accuracy (OA), original evaluation")
     assert oa["per_arm"] == {"orig": pytest.approx(1.0), JPEG: pytest.approx(3 / 5)}
     assert aa["per_arm"]["orig"] == pytest.approx(1.0)
     assert aa["per_arm"][JPEG] == pytest.approx((0.5 + 1 + 0 + 1) / 4)
