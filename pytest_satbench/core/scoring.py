@@ -1,3 +1,6 @@
+# Why one file of ~840 lines: the module docstring (about 190 lines) is the one home of the
+# shared scoring rules (docs/scoring.md shows it), and the final-answer, normalisation, letter
+# and box readers share their compiled patterns; a benchmark's own rules live in its module.
 """How a model's reply is turned into a verdict: answer extraction and scoring.
 
 Every rule the benchmarks share lives in this module, so that a number in a report can be

@@ -1,3 +1,6 @@
+# Why one file of ~730 lines: the module docstring is the method's derivation and the one home
+# of its rules (docs/statistics.md shows it); the estimate, the stopping rule and the vectorised
+# simulation share the boundary's arithmetic.
 """Confidence sequences for a run that may stop early: valid at every look, image by image.
 
 What is estimated

@@ -1,3 +1,6 @@
+# Why one file of ~600 lines: every option is declared once here, in one table, with its parser
+# and its Settings field; the parsers are small functions the table names, and the table
+# generates pytest's options, the ini entries, the help, Settings and docs/options.md.
 """Command-line options, declared once in `OPTIONS`, and their validation into one `Settings`.
 
 Each `Option` row carries the flag, its ini name, default, help and parser; `add_options`

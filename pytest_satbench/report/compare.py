@@ -1,3 +1,5 @@
+# Why one file of ~600 lines: a comparison is read, paired, tested, printed and written from the
+# same records (ComparisonReport); its terminal table and its files share the row builders.
 """`python -m pytest_satbench.report --compare A B`: one arm of a tag against another.
 
 A and B are each `TAG` (the tag's `orig` arm), `TAG:ARM` or `:ARM` (an arm of the newest run's

@@ -1,3 +1,6 @@
+# Why one file of ~590 lines: it is report.md's and report.html's one content, section by section
+# in the order a reader meets them (each section a short function); split by section, every
+# module would import the same formatting helpers and the document model for one function.
 """What report.md and report.html say: one `Document` built from a `BenchmarkResult`.
 
 Every arm is named by `core.arms.arm_labels` (the terminal's labels, e.g. `tok48`,
