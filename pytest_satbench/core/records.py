@@ -59,16 +59,21 @@ class LimitTrace:
 
 @dataclass(frozen=True, slots=True)
 class ServerTraffic:
-    """HTTP attempts one process sent to one server (xdist workers each keep their own)."""
+    """What one process's client counted of one server (xdist workers each keep their own):
+    the one counters record per server. The client's live snapshot (`engine.client.ServerCounters`)
+    is this with its limits; the store keeps it with the run (`run_traffic`)."""
 
     server: str
     requests: int  # attempts sent
     answered: int  # attempts that returned a usable chat completion
     failures: int  # attempts that failed, transient or not
     retries: int  # attempts that retried an earlier failed attempt
+    usage_dropped: int = 0  # usage values the reply gate dropped (not finite non-negative numbers)
+    resent: int = 0  # requests sent again because a reused connection was closed under them
 
     def __add__(self, other: ServerTraffic) -> ServerTraffic:
         return ServerTraffic(
             self.server, self.requests + other.requests, self.answered + other.answered,
             self.failures + other.failures, self.retries + other.retries,
+            self.usage_dropped + other.usage_dropped, self.resent + other.resent,
         )

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pytest_satbench.core.usage import percentile
+from pytest_satbench.core.records import ServerTraffic
 from pytest_satbench.engine.concurrency import ConcurrencySpec
 from pytest_satbench.engine.config import config_default
 from pytest_satbench.engine.failures import (
@@ -90,8 +90,6 @@ MAX_TEXT_CHARS = config_default("max_answer_chars")
 CONTROL_PERIOD_S = 0.25
 # A /metrics page slower than this is skipped for this tick (the limiter holds).
 METRICS_TIMEOUT_S = 2.0
-# Latencies ServerCounters summarises: the latest this many answers of a server.
-LATENCY_SAMPLES = 10_000
 # Health checks are a GET of a tiny list; a server that cannot answer it in this time is not
 # ready, whatever --request-timeout says.
 HEALTH_TIMEOUT_S = 60.0
@@ -117,80 +115,16 @@ class Answer:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerCounters:
-    """Snapshot of what the client counted of one server. Plain data: safe to pickle or send
-    to a controller."""
+class ServerCounters(ServerTraffic):
+    """Snapshot of what the client counted of one server (`ServerTraffic`, the one counters
+    record: attempts, answers, failures, retries, dropped usage values, resent requests) and
+    how it limited it. Tokens, costs, models and latencies per server are the reports' (from
+    the stored rows, `core.usage`), not counted twice here."""
 
-    server: str
-    requests: int  # HTTP attempts sent to this server
-    answered: int  # attempts that returned a usable chat completion
-    failures: int  # attempts that failed, transient or not
-    retries: int  # attempts that were a retry of an earlier failed attempt (any server)
-    prompt_tokens: int
-    completion_tokens: int
-    cost: float | None  # sum of usage.cost; None when this server never reported a cost
-    cost_reported: int  # answers that carried usage.cost
-    models: Counter[str] = field(default_factory=Counter)  # model ids in answer bodies
-    latencies_s: tuple[float, ...] = field(default=(), repr=False)  # of its latest answers (LATENCY_SAMPLES)
     limit: int | None = None  # its in-flight limit now
     limit_history: tuple[LimitPoint, ...] = field(default=(), repr=False)  # each change
     max_in_flight: int = 0  # the most it had in flight at once
     steered_by: str = ""  # "metrics", "latency" or "fixed": what set its limit
-    usage_dropped: int = 0  # usage values dropped from its answers (not finite non-negative numbers)
-    resent: int = 0  # requests sent again because a reused connection was closed under them
-
-    @property
-    def latency_mean_s(self) -> float | None:
-        return sum(self.latencies_s) / len(self.latencies_s) if self.latencies_s else None
-
-    @property
-    def latency_p50_s(self) -> float | None:
-        return percentile(self.latencies_s, 50.0)
-
-    @property
-    def latency_p95_s(self) -> float | None:
-        return percentile(self.latencies_s, 95.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Builtins only, latencies summarised (for reports and xdist transport)."""
-        return {
-            "server": self.server, "requests": self.requests, "answered": self.answered,
-            "failures": self.failures, "retries": self.retries,
-            "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-            "cost": self.cost, "cost_reported": self.cost_reported,
-            "models": dict(self.models),
-            "latency_mean_s": self.latency_mean_s, "latency_p50_s": self.latency_p50_s,
-            "latency_p95_s": self.latency_p95_s,
-            "limit": self.limit, "max_in_flight": self.max_in_flight, "steered_by": self.steered_by,
-            "limit_history": [[p.t, p.limit, p.why] for p in self.limit_history],
-            "usage_dropped": self.usage_dropped, "resent": self.resent,
-        }
-
-    @staticmethod
-    def combine(parts: Iterable[ServerCounters]) -> ServerCounters:
-        """Merge snapshots of the same server (e.g. one per xdist worker)."""
-        parts = list(parts)
-        if not parts:
-            raise ValueError("ServerCounters.combine needs at least one snapshot")
-        costs = [p.cost for p in parts if p.cost is not None]
-        models: Counter[str] = Counter()
-        for p in parts:
-            models.update(p.models)
-        return ServerCounters(
-            server=parts[0].server,
-            requests=sum(p.requests for p in parts), answered=sum(p.answered for p in parts),
-            failures=sum(p.failures for p in parts), retries=sum(p.retries for p in parts),
-            prompt_tokens=sum(p.prompt_tokens for p in parts),
-            completion_tokens=sum(p.completion_tokens for p in parts),
-            cost=sum(costs) if costs else None,
-            cost_reported=sum(p.cost_reported for p in parts),
-            models=models,
-            latencies_s=tuple(x for p in parts for x in p.latencies_s),
-            limit=sum(p.limit for p in parts if p.limit is not None) if any(p.limit for p in parts) else None,
-            max_in_flight=sum(p.max_in_flight for p in parts),
-            steered_by=parts[0].steered_by,
-            usage_dropped=sum(p.usage_dropped for p in parts), resent=sum(p.resent for p in parts),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,15 +202,7 @@ class _Server:
     answered: int = 0
     failures: int = 0
     retries: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float | None = None
-    cost_reported: int = 0
     usage_dropped: int = 0
-    model_counts: Counter[str] = field(default_factory=Counter)
-    # the latest answers' latencies, for usage(); bounded so a 222k-question run keeps no list
-    # per request (the reports take latency from the stored rows)
-    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_SAMPLES))
 
 
 class ServerPool:
@@ -601,13 +527,6 @@ class ServerPool:
                 srv.down = False
                 self._events.append((srv.name, True, f"answering again after {now - srv.down_since:.0f} s down"))
             srv.usage_dropped += ans.usage_dropped
-            srv.prompt_tokens += ans.prompt_tokens or 0
-            srv.completion_tokens += ans.completion_tokens or 0
-            if ans.cost is not None:
-                srv.cost = (srv.cost or 0.0) + ans.cost
-                srv.cost_reported += 1
-            srv.model_counts[ans.model] += 1
-            srv.latencies.append(latency)
             srv.limiter.completed(now, latency)
         if self._events:
             self._notify()
@@ -745,13 +664,9 @@ class ServerPool:
             return {
                 s.name: ServerCounters(
                     server=s.name, requests=s.requests, answered=s.answered, failures=s.failures,
-                    retries=s.retries, prompt_tokens=s.prompt_tokens,
-                    completion_tokens=s.completion_tokens, cost=s.cost,
-                    cost_reported=s.cost_reported, models=Counter(s.model_counts),
-                    latencies_s=tuple(s.latencies), limit=s.limiter.limit,
-                    limit_history=s.limiter.history, max_in_flight=s.max_in_flight,
+                    retries=s.retries, usage_dropped=s.usage_dropped, resent=s.conns.resent,
+                    limit=s.limiter.limit, limit_history=s.limiter.history, max_in_flight=s.max_in_flight,
                     steered_by=_steered_by(s, self.concurrency),
-                    usage_dropped=s.usage_dropped, resent=s.conns.resent,
                 )
                 for s in self._servers
             }

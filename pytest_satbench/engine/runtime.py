@@ -186,7 +186,7 @@ class Runtime:
     def _record_traffic(self) -> None:
         pools = [self.pool] + ([self.judge.pool] if self.judge is not None else [])
         traffic = [
-            ServerTraffic(u.server, u.requests, u.answered, u.failures, u.retries)
+            ServerTraffic(u.server, u.requests, u.answered, u.failures, u.retries, u.usage_dropped, u.resent)
             for pool in pools for u in pool.usage().values()
         ]
         usage = self.pool.usage().values()  # the judge's pool is not the fleet being measured

@@ -96,6 +96,8 @@ CREATE TABLE IF NOT EXISTS run_traffic (
     answered INTEGER NOT NULL,
     failures INTEGER NOT NULL,
     retries INTEGER NOT NULL,
+    usage_dropped INTEGER NOT NULL DEFAULT 0,
+    resent INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, process, server)
 );
 -- a run's items by benchmark in the order they ran (the index holds the rowid), so reports
@@ -233,6 +235,11 @@ class ResultStore:
             # image is hashed once more
             if "sample" not in {r[1] for r in conn.execute("PRAGMA table_info(image_info)")}:
                 conn.execute("ALTER TABLE image_info ADD COLUMN sample TEXT")
+            # stores written before the client counted dropped usage values and resent requests
+            have = {r[1] for r in conn.execute("PRAGMA table_info(run_traffic)")}
+            for column in ("usage_dropped", "resent"):
+                if column not in have:
+                    conn.execute(f"ALTER TABLE run_traffic ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
             self._identity = _identity(self.path)
         except (sqlite3.Error, OSError) as exc:
             self.close()
@@ -491,8 +498,10 @@ class ResultStore:
         snapshot: a process writes it when it stops)."""
         for t in traffic:
             self._write(
-                "INSERT OR REPLACE INTO run_traffic VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (run_id, process, t.server, t.requests, t.answered, t.failures, t.retries),
+                "INSERT OR REPLACE INTO run_traffic (run_id, process, server, requests, answered, failures, "
+                "retries, usage_dropped, resent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, process, t.server, t.requests, t.answered, t.failures, t.retries, t.usage_dropped,
+                 t.resent),
                 wait=False,
             )
         self.flush()
@@ -523,7 +532,8 @@ class ResultStore:
         self.flush()
         out: dict[str, ServerTraffic] = {}
         for server, *counts in self._conn().execute(
-            "SELECT server, SUM(requests), SUM(answered), SUM(failures), SUM(retries) "
+            "SELECT server, SUM(requests), SUM(answered), SUM(failures), SUM(retries), SUM(usage_dropped), "
+            "SUM(resent) "
             "FROM run_traffic WHERE run_id=? GROUP BY server ORDER BY server", (run_id,)
         ):
             out[server] = ServerTraffic(server, *(int(c) for c in counts))

@@ -18,7 +18,8 @@ import pytest
 from servers import Fail, FakeVLM, dead_url, one_line
 
 from pytest_satbench.core.usage import percentile as _percentile
-from pytest_satbench.engine.client import Answer, ServerCounters, ServerPool
+from pytest_satbench.core.records import ServerTraffic
+from pytest_satbench.engine.client import Answer, ServerPool
 from pytest_satbench.engine.failures import ModelMismatch, RequestFailed, ServerUnavailable
 
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05, "timeout": 5.0, "connect_timeout": 2.0}
@@ -240,9 +241,8 @@ def test_keep_alive_connections_are_reused() -> None:
     with FakeVLM(["m"]) as srv:
         with ServerPool([srv.url], **FAST) as pool:
             pool.health_check()
-            for i in range(10):
-                ask(pool, prompt=f"q{i}")
-            p50 = pool.usage()[srv.url].latency_p50_s
+            latencies = sorted(ask(pool, prompt=f"q{i}").latency_s for i in range(10))
+            p50 = latencies[len(latencies) // 2]
         assert srv.hits["/v1/chat/completions"] == 10
         # a reused connection must not cost a Nagle/delayed-ACK stall (~40 ms) per request;
         # loopback answers take a few ms
@@ -321,6 +321,8 @@ def test_resolve_model() -> None:
 # ---------------------------------------------------------------------------- usage and secrets
 
 def test_usage_accounting_per_server() -> None:
+    """The client counts attempts per server (one `ServerTraffic` record, with its limits);
+    each answer carries its usage, which the reports sum per server from the stored rows."""
     usage_a = {"prompt_tokens": 1234, "completion_tokens": 56, "cost": 0.00125}
     with (
         FakeVLM(["m"], usage=usage_a, response_model="provider/m-a",
@@ -334,21 +336,15 @@ def test_usage_accounting_per_server() -> None:
     on_b = [x for x in answers if x.server == b.url]
     assert on_a and on_b
     ua, ub = u[a.url], u[b.url]
+    assert isinstance(ua, ServerTraffic)
     assert ua.answered == len(on_a) and ub.answered == len(on_b)
-    assert ua.prompt_tokens == usage_a["prompt_tokens"] * len(on_a)
-    assert ua.completion_tokens == usage_a["completion_tokens"] * len(on_a)
-    assert ua.cost == pytest.approx(usage_a["cost"] * len(on_a)) and ua.cost_reported == len(on_a)
-    assert ub.cost is None and ub.cost_reported == 0 and ub.prompt_tokens == 0
-    assert ua.models == {"provider/m-a": len(on_a)} and ub.models == {"m": len(on_b)}
+    assert all((x.prompt_tokens, x.completion_tokens, x.model) == (1234, 56, "provider/m-a") for x in on_a)
+    assert all(x.prompt_tokens is None and x.model == "m" for x in on_b)
     assert ua.failures == 1 and ua.retries + ub.retries == 1
     assert ua.requests + ub.requests == len(answers) + 1
     assert all(x.cost == usage_a["cost"] for x in on_a) and all(x.cost is None for x in on_b)
-    assert ua.latency_p50_s is not None and ua.latency_p95_s >= ua.latency_p50_s > 0
-    d = ua.to_dict()
-    assert json.loads(json.dumps(d)) == d and d["cost"] == ua.cost
-    both = ServerCounters.combine([ua, ua])
-    assert both.answered == 2 * ua.answered and both.cost == pytest.approx(2 * ua.cost)
-    assert both.models["provider/m-a"] == 2 * len(on_a) and len(both.latencies_s) == 2 * ua.answered
+    both = ua + ua  # xdist workers' records of one server add up
+    assert (both.requests, both.answered, both.failures) == (2 * ua.requests, 2 * ua.answered, 2)
 
 
 def test_percentile_matches_numpy() -> None:

@@ -100,8 +100,7 @@ def test_usage_that_is_no_count_is_dropped_and_counted_and_the_answer_kept(
         u = pool.usage()[srv.url]
     assert (a.text, a.attempts, srv.chat_requests) == ("fake answer", 1, 1)
     assert (a.prompt_tokens, a.completion_tokens, a.cost) == want and a.usage_dropped == dropped
-    assert u.usage_dropped == dropped and u.to_dict()["usage_dropped"] == dropped
-    assert u.prompt_tokens == (want[0] or 0) and u.answered == 1 and u.failures == 0
+    assert u.usage_dropped == dropped and u.answered == 1 and u.failures == 0
 
 
 # ---------------------------------------------------------------------------- reasoning models
