@@ -40,6 +40,8 @@ class ServerUsage:
     requests: int | None = None  # HTTP attempts; None: the run did not record its traffic
     failures: int | None = None  # attempts that failed (a retry may have answered later)
     retries: int | None = None  # attempts that were retries
+    usage_dropped: int | None = None  # usage values the reply gate dropped (not finite non-negative numbers)
+    resent: int | None = None  # requests sent again because a reused connection was closed under them
     # the client's in-flight limit for this server, summed over the run's processes
     limit: int | None = None  # at the end; None: the run did not record its limits
     peak_in_flight: int | None = None  # the most in flight at once (per process, summed)
@@ -111,6 +113,7 @@ class _ServerTally:
         u.models = dict(sorted(self.models.items()))
         if traffic is not None:
             u.requests, u.failures, u.retries = traffic.requests, traffic.failures, traffic.retries
+            u.usage_dropped, u.resent = traffic.usage_dropped, traffic.resent
         return u
 
 
