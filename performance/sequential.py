@@ -48,6 +48,7 @@ from pytest_satbench.core.sequential import (  # noqa: E402
     DEFAULT_N_OPT,
     SequentialEstimate,
     confidence_sequence,
+    fixed_sample_interval,
 )
 
 
@@ -91,13 +92,8 @@ def empirical_bernstein(d: np.ndarray, m: np.ndarray, alpha: float):
 
 
 def ordinary_interval(d: np.ndarray, m: np.ndarray):
-    t = np.arange(1, d.shape[-1] + 1)
-    sy, sm = d.cumsum(-1), m.cumsum(-1)
-    theta = sy / sm
-    ss = (d * d).cumsum(-1) - 2 * theta * (d * m).cumsum(-1) + theta**2 * (m * m).cumsum(-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        se = np.sqrt(np.maximum(ss, 0) / np.maximum(t - 1, 1) / t) / (sm / t)
-    lo, hi = 100 * (theta - 1.96 * se), 100 * (theta + 1.96 * se)
+    """The fixed-n clustered interval (`fixed_sample_interval`), looked at every 10 images."""
+    lo, hi = fixed_sample_interval(d, m)
     looked = np.zeros(d.shape[-1], bool)
     looked[9::10] = True  # looked at every 10 images
     return np.where(looked, lo, -100), np.where(looked, hi, 100)

@@ -734,3 +734,21 @@ def confidence_sequence(
     lo = np.where(open_, lo_r, np.clip(100.0 * (theta - down), lo_r, hi_r))
     hi = np.where(open_, hi_r, np.clip(100.0 * (theta + up), lo_r, hi_r))
     return est, lo, hi
+
+
+def fixed_sample_interval(values: Any, questions: Any) -> tuple[Any, Any]:
+    """The ordinary fixed-n clustered interval of the same ratio at every look, in points (the
+    normal approximation of `core.stats`'s clustered bootstrap: the ratio's linearised
+    per-image variance, no finite-population factor): what peeking at the usual interval
+    gives, for the simulations that show why a confidence sequence is needed. `values` and
+    `questions` are arrays whose last axis is the images in the order asked."""
+    import numpy as np
+
+    y, m = np.asarray(values, dtype=float), np.asarray(questions, dtype=float)
+    t = np.arange(1, y.shape[-1] + 1)
+    sy, sm = y.cumsum(-1), m.cumsum(-1)
+    theta = sy / sm
+    ss = (y * y).cumsum(-1) - 2 * theta * (y * m).cumsum(-1) + theta**2 * (m * m).cumsum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        se = np.sqrt(np.maximum(ss, 0) / np.maximum(t - 1, 1) / t) / (sm / t)
+    return 100 * (theta - 1.96 * se), 100 * (theta + 1.96 * se)

@@ -38,6 +38,7 @@ from pytest_satbench.core.sequential import (
     StoppingRule,
     boundary_factor,
     confidence_sequence,
+    fixed_sample_interval,
 )
 
 ORDERS = 1000
@@ -68,16 +69,8 @@ def excluded(lo: np.ndarray, hi: np.ndarray, value: float) -> np.ndarray:
 
 
 def ordinary_interval(y: np.ndarray, m: np.ndarray):
-    """The fixed-n clustered interval (normal approximation of the clustered bootstrap of
-    core.stats: the ratio's linearised per-image variance, no finite-population factor), at
-    every look, in points."""
-    t = np.arange(1, y.shape[-1] + 1)
-    sy, sm = y.cumsum(-1), m.cumsum(-1)
-    theta = sy / sm
-    ss = (y * y).cumsum(-1) - 2 * theta * (y * m).cumsum(-1) + theta**2 * (m * m).cumsum(-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        se = np.sqrt(np.maximum(ss, 0) / np.maximum(t - 1, 1) / t) / (sm / t)
-    return 100 * (theta - 1.96 * se), 100 * (theta + 1.96 * se)
+    """The fixed-n clustered interval at every look, in points (`fixed_sample_interval`)."""
+    return fixed_sample_interval(y, m)
 
 
 @pytest.mark.parametrize("n_images, questions", [(200, 50), (2226, 100)])
