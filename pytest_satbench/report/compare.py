@@ -16,7 +16,7 @@ refused unless `--allow-different-data`, which pairs only the questions both hav
 
 Written to `reports/<benchmark>/compare/<A>-vs-<B>/`: summary.json, per_type.csv,
 discordant.jsonl (every discordant pair), report.md and report.html (the same tables; the
-HTML adds the question browser).
+HTML adds the question browser's images and its filter by type and direction).
 """
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ from pytest_satbench.report.document import (
     Code,
     Column,
     Document,
+    Facet,
+    Filter,
     Gallery,
+    Group,
     Heading,
     Notice,
     Paragraph,
@@ -74,6 +77,8 @@ __all__ = [
 BROWSER_CAP = 50
 THUMBS = 6
 ANSWER_CHARS = 300  # an answer as kept for the browser
+# the browser's directions: (as discordant.jsonl and the headings say it, the filter's value)
+DIRECTIONS = (("A right, B wrong", "a_right"), ("A wrong, B right", "b_right"))
 # protocol fields that say nothing about what an answer measures (or are shown per side)
 _BOOKKEEPING = ("run_id", "tag", "date", "command", "planned", "servers", "arms", "codec_identity", "datasets")
 
@@ -481,8 +486,10 @@ def document(rep: ComparisonReport, *, browser_cap: int = BROWSER_CAP, images: _
 
 
 def _browser(rep: ComparisonReport, cap: int, images: _Images | None = None) -> list[Block]:
-    """The discordant questions per type and direction (at most `cap` each, in key order);
-    with `images`, the first `THUMBS` of each as cards with the image each side sent (HTML)."""
+    """The discordant questions per type and direction (at most `cap` each, in key order).
+    With `images` (report.html), the first `THUMBS` of each as cards with the image each side
+    sent, each type and direction a `Group` and a `Filter` over them; without (report.md),
+    the same headings and tables in sequence."""
     groups: dict[tuple[str, str], list[tuple[SideAnswer, SideAnswer]]] = {}
     for x, y in zip(rep.pairing.a, rep.pairing.b, strict=True):
         if x.outcome.correct == y.outcome.correct:
@@ -499,21 +506,41 @@ def _browser(rep: ComparisonReport, cap: int, images: _Images | None = None) -> 
         f"Per question type and direction ({index}), the first {cap} in question-key order",
         f", the first {THUMBS} with the image each side sent (in report.html)" if images is not None else "",
         "; every one is in ", Code("discordant.jsonl"), ".")))
+    if images is not None:
+        out.append(Filter(_facets(groups)))
+    token = dict(DIRECTIONS)
     for (t, direction), pairs in sorted(groups.items()):
         pairs.sort(key=lambda p: _key_order(p[0].key))
         shown = pairs[:cap]
-        out.append(Heading(3, rich(f"{t}: {direction} ({len(pairs)})")))
+        blocks: list[Block] = [Heading(3, rich(f"{t}: {direction} ({len(pairs)})"))]
         if images is not None:
-            out.append(Gallery(tuple(
+            blocks.append(Gallery(tuple(
                 Card(x.key, ", ".join(x.types), x.question[:300], x.truth,
                      (images.thumbnail("A", rep.a, x), images.thumbnail("B", rep.b, y)))
                 for x, y in shown[:THUMBS])))
-        out.append(Table((_txt("key"), _txt("question"), _txt("truth"), _txt("A's answer"), _txt("B's answer")),
-                         tuple((cell(Code(x.key)), cell(x.question[:160]), cell(x.truth[:80]), cell(x.answer[:160]),
-                                cell(y.answer[:160])) for x, y in shown)))
+        blocks.append(Table((_txt("key"), _txt("question"), _txt("truth"), _txt("A's answer"), _txt("B's answer")),
+                            tuple((cell(Code(x.key)), cell(x.question[:160]), cell(x.truth[:80]),
+                                   cell(x.answer[:160]), cell(y.answer[:160])) for x, y in shown)))
         if len(pairs) > cap:
-            out.append(Paragraph(rich(f"... and {len(pairs) - cap} more (in discordant.jsonl).")))
+            blocks.append(Paragraph(rich(f"... and {len(pairs) - cap} more (in discordant.jsonl).")))
+        if images is not None:
+            out.append(Group((("type", t), ("direction", token[direction])), tuple(blocks)))
+        else:
+            out += blocks
     return out
+
+
+def _facets(groups: Mapping[tuple[str, str], Sequence[tuple[SideAnswer, SideAnswer]]]) -> tuple[Facet, ...]:
+    """The browser's filter: every type and both directions, each with its discordant
+    questions (a question of two types counts once per direction)."""
+    by_type: dict[str, int] = {}
+    by_direction: dict[str, set[str]] = {}
+    for (t, d), pairs in sorted(groups.items()):
+        by_type[t] = by_type.get(t, 0) + len(pairs)
+        by_direction.setdefault(d, set()).update(x.key for x, _ in pairs)
+    return (Facet("type", "question type", tuple((t, f"{t} ({n})") for t, n in by_type.items())),
+            Facet("direction", "direction",
+                  tuple((v, f"{d} ({len(by_direction.get(d, ()))})") for d, v in DIRECTIONS)))
 
 
 class _Images:

@@ -10,6 +10,10 @@ carries PASS/FAIL as a status instead of a string for a renderer to recognise, a
 shade (a confusion table's share of its row) as a number that only HTML draws. Blocks that
 only HTML can show (plots, the gallery's images) are their own types, which the Markdown
 renderer skips; a `Notice` is a paragraph both outputs set apart (an incomplete run).
+
+A `Filter` and the `Group`s it shows or hides (the comparison's question browser) exist in
+HTML only: a Document meant for Markdown leaves them out (the Markdown renderer has no form of
+them), and gives the groups' blocks in sequence instead.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 __all__ = [
-    "Block", "Card", "Cell", "Code", "Column", "Document", "Figure", "Gallery", "Heading",
+    "Block", "Card", "Cell", "Code", "Column", "Document", "Facet", "Figure", "Filter", "Gallery", "Group", "Heading",
     "Inline", "Notice", "Paragraph", "Preformatted", "Rich", "Status", "Table", "Thumbnail", "cell", "rich",
 ]
 
@@ -154,7 +158,41 @@ class Gallery:
     cards: tuple[Card, ...]
 
 
-Block: TypeAlias = Heading | Paragraph | Notice | Table | Preformatted | Figure | Gallery
+@dataclass(frozen=True, slots=True)
+class Facet:
+    """One dimension a `Filter` filters on: the `Group`s' data value `name`, and its choices."""
+
+    name: str  # a lower-case word: the groups' data-<name> attribute
+    label: str
+    choices: tuple[tuple[str, str], ...]  # (value, label shown), all chosen at first
+
+    def __post_init__(self) -> None:
+        if not self.name.isalpha() or not self.name.islower():  # it becomes an attribute's name
+            raise ValueError(f"facet name {self.name!r}: lower-case letters only")
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """HTML only: a checkbox per choice of each facet; a `Group` is shown when, for every
+    facet, its value is checked (a few lines of inline script; nothing is fetched)."""
+
+    facets: tuple[Facet, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """HTML only: blocks a `Filter` shows or hides together, with their value per facet."""
+
+    data: tuple[tuple[str, str], ...]  # (facet name, value)
+    blocks: tuple[Block, ...]
+
+    def __post_init__(self) -> None:
+        for name, _ in self.data:
+            if not name.isalpha() or not name.islower():
+                raise ValueError(f"group data name {name!r}: lower-case letters only")
+
+
+Block: TypeAlias = Heading | Paragraph | Notice | Table | Preformatted | Figure | Gallery | Filter | Group
 
 
 @dataclass(slots=True)

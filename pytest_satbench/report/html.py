@@ -1,5 +1,7 @@
 """report.html: the report's Document with its plots and the gallery, in one self-contained
 file (no external CSS, JS, fonts or images: it must open from an archive or a CI artifact).
+A page with a `Filter` (the comparison's question browser) carries one inline script of a few
+lines, `FILTER_JS`; every other page has none.
 
 Rendered from the Document itself, never from report.md: alignment comes from a column's
 declared kind, colour from a cell's status, a heat-map cell's background from its shade
@@ -19,7 +21,9 @@ from pytest_satbench.report.document import (
     Column,
     Document,
     Figure,
+    Filter,
     Gallery,
+    Group,
     Heading,
     Notice,
     Paragraph,
@@ -44,7 +48,21 @@ code{background:#f4f4f4;padding:0 3px;border-radius:3px;font-size:12px}pre{backg
 .panels{display:flex;gap:8px;flex-wrap:wrap}.panel{font-size:12px;max-width:180px}
 .panel img{width:170px;height:auto;display:block;border:1px solid #bbb}.right{color:#2e7d32}.wrong{color:#c62828}
 .missing{width:170px;height:110px;display:flex;align-items:center;justify-content:center;background:#eee;color:#666;text-align:center}
+.filter{position:sticky;top:0;background:#fff;border-bottom:1px solid #ddd;padding:4px 0;font-size:13px;z-index:1}
+.filter fieldset{display:inline-block;border:1px solid #ccc;margin:0 8px 0 0;padding:2px 8px}.filter label{margin-right:10px}
+[hidden]{display:none!important}
 """
+
+# a Filter's one script: a Group (class "group") is shown when, for every facet of the form,
+# its data-<facet> value is a checked box's value (run on every change and once on load,
+# where a browser restored the boxes)
+FILTER_JS = (
+    "function satbenchFilter(f){var on={};f.querySelectorAll('input').forEach(function(i){"
+    "on[i.name]=on[i.name]||[];if(i.checked)on[i.name].push(i.value)});"
+    "document.querySelectorAll('.group').forEach(function(g){var show=true;for(var k in on){"
+    "if(on[k].indexOf(g.getAttribute('data-'+k))<0)show=false}g.hidden=!show})}"
+    "document.querySelectorAll('form.filter').forEach(function(f){satbenchFilter(f)});"
+)
 
 
 def _e(s: str) -> str:
@@ -109,6 +127,20 @@ def _card(card: Card) -> str:
     )
 
 
+def _filter(f: Filter) -> str:
+    sets = []
+    for facet in f.facets:
+        boxes = "".join(f'<label><input type="checkbox" name="{_e(facet.name)}" value="{_e(value)}" checked> '
+                        f"{_e(label)}</label>" for value, label in facet.choices)
+        sets.append(f"<fieldset><legend>{_e(facet.label)}</legend>{boxes}</fieldset>")
+    return f'<form class="filter" onchange="satbenchFilter(this)">{"".join(sets)}</form>'
+
+
+def _group(g: Group) -> str:
+    data = "".join(f' data-{_e(k)}="{_e(v)}"' for k, v in g.data)
+    return f'<div class="group"{data}>\n' + "\n".join(h for h in (_block(b) for b in g.blocks) if h) + "\n</div>"
+
+
 def _block(b: Block) -> str:
     if isinstance(b, Heading):
         level = min(max(b.level, 1), 6)
@@ -125,12 +157,18 @@ def _block(b: Block) -> str:
         return b.svg  # markup from report.plots, which escapes its own text
     if isinstance(b, Gallery):
         return '<div class="gallery">' + "\n".join(_card(c) for c in b.cards) + "</div>" if b.cards else ""
+    if isinstance(b, Filter):
+        return _filter(b)
+    if isinstance(b, Group):
+        return _group(b)
     raise TypeError(f"no HTML for {type(b).__name__}")
 
 
 def to_html(doc: Document) -> str:
     """The Document as one HTML page, styles inline."""
     body = "\n".join(h for h in (_block(b) for b in doc.blocks) if h)
+    if any(isinstance(b, Filter) for b in doc.blocks):  # the one script a page can carry, once, at its end
+        body += f"\n<script>{FILTER_JS}</script>"
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{_e(doc.title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n"

@@ -9,6 +9,9 @@ import csv
 import io
 import json
 import math
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -159,8 +162,59 @@ def test_two_tags_compare_with_hand_computed_counts_p_and_intervals(two_tags: Pa
     assert html.count('<img alt="A: a" src="data:image/jpeg;base64,') == 8
     assert html.count('<img alt="B: b" src="data:image/jpeg;base64,') == 8
     assert "<img" not in md and "| key | question | truth | A&#x27;s answer" not in md
+    _check_browser_filter(html, md)
     jl = [json.loads(x) for x in (folder / "discordant.jsonl").read_text().splitlines()]
     assert len(jl) == 8 and {d["direction"] for d in jl} == {"A right, B wrong", "A wrong, B right"}
+
+
+# the browser's groups here: presence A right/B wrong (4 questions), count A wrong/B right (4)
+GROUPS = {("presence", "a_right"), ("count", "b_right")}
+_GROUP = re.compile(r'<div class="group" data-type="([^"]*)" data-direction="([^"]*)">\n<h3>([^<]*)</h3>')
+
+
+def _check_browser_filter(html: str, md: str) -> None:
+    """report.html filters the discordant questions by type and direction; report.md has none."""
+    assert html.count('<form class="filter" onchange="satbenchFilter(this)">') == 1
+    boxes = re.findall(r'<input type="checkbox" name="(\w+)" value="([^"]*)" checked> ([^<]*)</label>', html)
+    assert boxes == [("type", "count", "count (4)"), ("type", "presence", "presence (4)"),
+                     ("direction", "a_right", "A right, B wrong (4)"), ("direction", "b_right", "A wrong, B right (4)")]
+    # every group carries its type and direction, and its heading says the same
+    groups = _GROUP.findall(html)
+    assert {(t, d) for t, d, _ in groups} == GROUPS and len(groups) == html.count('<div class="group"') == 2
+    for t, d, heading in groups:
+        assert heading == f"{t}: {'A right, B wrong' if d == 'a_right' else 'A wrong, B right'} (4)"
+    assert html.count("<script>") == 1 and "src=" not in html.split("<script>")[1].split("</script>")[0]
+    assert "<form" not in md and "data-type" not in md and "presence: A right, B wrong (4)" in md
+
+
+def test_the_browser_filter_hides_the_groups_not_chosen(two_tags: Path, tmp_path: Path) -> None:
+    """In a headless Chromium, unticking a direction hides its groups; unticking a type too."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium); the filter's script is not run")
+    store = two_tags / ".pytest_cache" / "d" / "satbench" / "results.sqlite"
+    assert report_main(["--store", str(store), "--compare", "a", "b", "--out", str(two_tags / "reports"),
+                        "--iterations", "50"]) == 0
+    html = (two_tags / "reports" / "rsvqa_lr" / "compare" / "a-vs-b" / "report.html").read_text()
+
+    def shown_after(*untick: tuple[str, str]) -> set[tuple[str, str]]:
+        # a user's clicks: untick the boxes, then the change event the form listens to
+        clicks = "".join(f"document.querySelector('input[name={n}][value={v}]').checked=false;" for n, v in untick)
+        page = tmp_path / f"page{len(list(tmp_path.glob('page*.html')))}.html"
+        page.write_text(html.replace("</body>", f"<script>{clicks}var f=document.querySelector('form.filter');"
+                                                "f.dispatchEvent(new Event('change'))</script></body>"))
+        got = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                              f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
+                             capture_output=True, text=True, timeout=60, check=False)
+        dom = re.findall(r'<div class="group" data-type="([^"]*)" data-direction="([^"]*)"( hidden="")?>', got.stdout)
+        assert len(dom) == 2, got.stderr[-2000:]
+        return {(t, d) for t, d, hidden in dom if not hidden}
+
+    assert shown_after() == GROUPS
+    assert shown_after(("direction", "a_right")) == {("count", "b_right")}
+    assert shown_after(("type", "count"), ("direction", "a_right")) == set()
+    assert shown_after(("type", "presence")) == {("count", "b_right")}
 
 
 def test_each_side_is_its_own_report(two_tags: Path) -> None:

@@ -148,3 +148,22 @@ def test_markdown_leaves_plain_numbers_and_names_readable() -> None:
     lines = markdown.to_markdown(doc).splitlines()
     assert lines[2] == "| rural_urban | <1e-4 |"
     assert lines[3] == r"| \_x\_ \&amp; 2\*3 | 1.00 |"
+
+
+def test_a_filter_and_its_groups_are_html_only_and_escaped() -> None:
+    from pytest_satbench.report.document import Facet, Filter, Group
+
+    doc = Document("t")
+    doc.add(Filter((Facet("type", "question type", (('a"b', "<a&b> (2)"),)),)),
+            Group((("type", 'a"b'),), (Heading(3, rich("a: A right, B wrong")), Paragraph(rich("<x>")))))
+    page = html.to_html(doc)
+    assert '<input type="checkbox" name="type" value="a&quot;b" checked> &lt;a&amp;b&gt; (2)</label>' in page
+    assert '<div class="group" data-type="a&quot;b">\n<h3>a: A right, B wrong</h3>\n<p>&lt;x&gt;</p>\n</div>' in page
+    assert page.count("<script>") == 1 and page.index("<script>") > page.index('<div class="group"')
+    assert "<script" not in html.to_html(Document("t", [Paragraph(rich("no filter"))]))
+    with pytest.raises(TypeError):  # Markdown has no form of them: a document for it leaves them out
+        markdown.to_markdown(doc)
+    with pytest.raises(ValueError):
+        Facet("on click", "x", ())
+    with pytest.raises(ValueError):
+        Group((("Type", "a"),), ())
