@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.analysis import analyse
 from pytest_satbench.core.results import BenchmarkResult, QuestionResult
 from pytest_satbench.engine.store import ResultStore
-from pytest_satbench.report import content, files, html, markdown
+from pytest_satbench.report import content, files, html, markdown, why
 from pytest_satbench.report.build import collect
 from pytest_satbench.report.gallery import MAX_GALLERY, RegressedPicker, build_gallery
 
@@ -42,15 +43,19 @@ def write_reports(
     iterations: int = BOOTSTRAP,
     recon_cache: Path | None = None,
     gallery_limit: int = MAX_GALLERY,
+    asked_anew: bool = False,
 ) -> list[Path]:
     """Write the reports of every benchmark of `run_id`; returns the folders written.
 
     `recon_cache`: the plugin's disk cache of reconstructions, for gallery images of
     expensive codecs; default: `satbench-recon` next to the store's folder (pytest's cache
-    layout). Raises KeyError when the run is not in the store. (The plugin, which needs the
-    results for the terminal and the gates too, uses `RunReports` around its own `collect`.)
+    layout). `asked_anew`: summary.json and report.md count the run's answers asked anew by
+    reason (`RunReports.reasons_from`). Raises KeyError when the run is not in the store. (The
+    plugin, which needs the results for the terminal and the gates too, uses `RunReports`
+    around its own `collect`.)
     """
-    reports = RunReports(out_root, recon_cache=_default_recon_cache(store, recon_cache), gallery_limit=gallery_limit)
+    reports = RunReports(out_root, recon_cache=_default_recon_cache(store, recon_cache), gallery_limit=gallery_limit,
+                         reasons_from=store if asked_anew else None)
     try:
         results = collect(store, run_id, iterations=iterations, each=reports.each)
         reports.raise_failure()
@@ -88,11 +93,17 @@ class RunReports:
 
     A failure in step 1 (a full disk, a report bug) stops the report, not the run's results:
     it is kept in `failure` (`raise_failure()` raises it) and `write` writes nothing. Call
-    `discard()` when done: it removes what was not put in place."""
+    `discard()` when done: it removes what was not put in place.
+
+    `reasons_from`: the store the results were collected from; given, each summary.json has
+    `asked_anew` and report.md a sentence: the reporting run's answers asked anew, by reason
+    (`report.why.reasons`, the one computation `--reasons` prints). Opt-in: it reads every
+    earlier run's records of the benchmark (docs/performance.md, "Re-ask reasons")."""
 
     out_root: Path
     recon_cache: Path | None = None
     gallery_limit: int = MAX_GALLERY
+    reasons_from: ResultStore | None = None
     failure: BaseException | None = None
     _streamed: dict[tuple[str, str], _Streamed] = field(default_factory=dict, init=False, repr=False)
 
@@ -127,9 +138,15 @@ class RunReports:
         """The rest of every benchmark's files; returns the folders written."""
         self.raise_failure()
         written = []
+        per_run: dict[str, dict[str, Counter[str]]] = {}
         for data in results:
             streamed = self._streamed.pop((data.benchmark, data.tag))
-            _write_one(data, streamed, gates, self.recon_cache)
+            anew = None
+            if self.reasons_from is not None:
+                if data.run_id not in per_run:  # every benchmark of the run at once
+                    per_run[data.run_id] = why.reasons(self.reasons_from, data.run_id)
+                anew = why.asked_anew(per_run[data.run_id].get(data.benchmark, Counter()))
+            _write_one(data, streamed, gates, self.recon_cache, anew)
             written.append(streamed.folder)
         return written
 
@@ -140,18 +157,18 @@ class RunReports:
 
 
 def _write_one(data: BenchmarkResult, streamed: _Streamed, gates: list[dict[str, Any]] | None,
-               recon_cache: Path | None) -> None:
+               recon_cache: Path | None, asked_anew: dict[str, int] | None = None) -> None:
     folder = streamed.folder
     gallery = build_gallery(streamed.gallery.chosen(), recon_cache)
     total = streamed.gallery.total
     protocol = files.protocol_dict(data)
     answers = analyse(data)  # once: summary.json, the two CSVs and the documents share it
     files.write_json(folder / "protocol.json", protocol)
-    files.write_json(folder / "summary.json", files.summary_dict(data, gates, total, gallery, answers))
+    files.write_json(folder / "summary.json", files.summary_dict(data, gates, total, gallery, answers, asked_anew))
     files.write_per_type_csv(folder / "per_type.csv", data)
     files.write_answer_csvs(folder / "answer_classes.csv", folder / "answer_transitions.csv", answers)
     streamed.predictions.commit()
-    doc = content.build(data, protocol, gates, gallery, total, answers=answers)
+    doc = content.build(data, protocol, gates, gallery, total, answers=answers, asked_anew=asked_anew)
     _atomic_text(folder / "report.md", markdown.to_markdown(doc))
     _atomic_text(folder / "report.html", html.to_html(doc))
 

@@ -26,6 +26,7 @@ from pytest_satbench.core.text_summary import not_run_line, render_stats, subset
 from pytest_satbench.core.usage import ServerUsage
 from pytest_satbench.report import plots
 from pytest_satbench.report.build import token_curve
+from pytest_satbench.report.why import reasons_text
 from pytest_satbench.report.document import (
     Block,
     Card,
@@ -110,11 +111,13 @@ def _text(header: str | Rich) -> Column:
 
 
 def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Mapping[str, Any]] | None,
-          gallery: Sequence[Entry], gallery_total: int, *, answers: AN.AnswerAnalysis | None = _COMPUTE) -> Document:
+          gallery: Sequence[Entry], gallery_total: int, *, answers: AN.AnswerAnalysis | None = _COMPUTE,
+          asked_anew: Mapping[str, int] | None = None) -> Document:
     """The report of one benchmark of a run. `protocol` is protocol.json's content;
     `gallery` the first regressed questions with their thumbnails, of `gallery_total`;
     `answers` the result's `core.analysis.analyse` when the caller has it (None: no answer
-    classes, grounding only)."""
+    classes, grounding only); `asked_anew` the run's answers asked anew by reason
+    (`report.why.asked_anew`; None: not computed, no sentence)."""
     st = data.stats
     arms = list(st.arms)
     labels, _ = A.arm_labels(arms)
@@ -129,6 +132,11 @@ def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Ma
         line = subset_line(data)
         doc.add(Notice(rich(line[:1].upper() + line[1:] + ".")))
     doc.add(*_intro(data, protocol, labels))
+    if asked_anew is not None:
+        total, parts = sum(asked_anew.values()), reasons_text(asked_anew)
+        doc.add(Paragraph(rich(f"Run {data.run_id} asked {total} answer{'' if total == 1 else 's'} anew",
+                               f" ({parts})" if parts else "", "; every other answer here came from the store (",
+                               Code("python -m pytest_satbench.report --why KEY"), " shows why one was asked).")))
     doc.add(Heading(2, rich("Gates")), _gates(gates))
     doc.add(*_sequential(data, labels))
     doc.add(*_accuracy(data, labels))

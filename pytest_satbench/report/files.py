@@ -66,7 +66,7 @@ def limited(data: BenchmarkResult) -> int | None:
 
 
 def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gallery_total: int, gallery: list[Entry],
-                 analysis: AN.AnswerAnalysis | None = None) -> dict[str, Any]:
+                 analysis: AN.AnswerAnalysis | None = None, asked_anew: dict[str, int] | None = None) -> dict[str, Any]:
     st = data.stats
     clipped = clipped_by_arm(data)
     return {
@@ -94,6 +94,9 @@ def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gall
         "sequential": data.sequential,
         "gates": gates if gates else [],
         "gates_note": None if gates else "no gates",
+        # the reporting run's answers asked anew, by reason (report.why.asked_anew); None unless
+        # asked for (write_reports(asked_anew=True): it reads every earlier run's records)
+        "asked_anew": asked_anew,
         "regressed_questions": gallery_total,
         "gallery": [e.key for e in gallery],
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

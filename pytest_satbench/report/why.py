@@ -37,7 +37,7 @@ from typing import Any
 from pytest_satbench.core.records import AnswerRow
 from pytest_satbench.engine.store import ResultStore
 
-__all__ = ["COMPONENTS", "REASONS", "Component", "reasons", "reasons_lines", "why_lines"]
+__all__ = ["COMPONENTS", "REASONS", "Component", "asked_anew", "reasons", "reasons_lines", "reasons_text", "why_lines"]
 
 REASONS = ("new question", "new arm", "model changed", "sampling changed", "prompt changed", "image bytes changed",
            "codec changed", "--fresh", "asked again")
@@ -213,6 +213,17 @@ def reasons(store: ResultStore, run_id: str) -> dict[str, Counter[str]]:
     return out
 
 
+def asked_anew(counts: Mapping[str, int]) -> dict[str, int]:
+    """One benchmark's `reasons` as a run's summary.json gives them: every reason, in `REASONS`
+    order, with its count (0 included)."""
+    return {k: int(counts.get(k, 0)) for k in REASONS}
+
+
+def reasons_text(counts: Mapping[str, int]) -> str:
+    """The non-zero counts, in `REASONS` order: `16 prompt changed, 2 new question` ("" for none)."""
+    return ", ".join(f"{counts[k]} {k}" for k in REASONS if counts.get(k))
+
+
 def reasons_lines(store: ResultStore, runs: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per run (and benchmark): its answers asked anew, by reason."""
     out = []
@@ -221,6 +232,6 @@ def reasons_lines(store: ResultStore, runs: Sequence[Mapping[str, Any]]) -> list
         total = sum(sum(c.values()) for c in per.values())
         out.append(f"{r['run_id']}  tag={r['tag']}  {_when(r['started'])}  asked anew: {total}")  # type: ignore[arg-type]
         for bench, c in per.items():
-            parts = ", ".join(f"{c[k]} {k}" for k in REASONS if c.get(k))
+            parts = reasons_text(c)
             out.append(f"    {bench}: {sum(c.values())}" + (f" ({parts})" if parts else ""))
     return out
