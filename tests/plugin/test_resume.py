@@ -78,7 +78,11 @@ def test_lf_after_ctrl_c_reruns_the_failed_and_the_never_reached_items(tmp_path:
     assert len(lastfailed) == never + 2 and all(f in lastfailed for f in failed)
     [unfinished] = listed
     ran = 200 - never  # items that ran, the two failures among them
-    assert f"unfinished  model=m  arms=orig  questions=200 answered={ran - 2} errors=2 missing={never}" in unfinished
+    # the stop keeps what was in flight (at most --concurrency 4 answers of items never reached)
+    counts = re.search(r"unfinished  model=m  arms=orig  questions=200 answered=(\d+) errors=2 missing=(\d+)", unfinished)
+    assert counts is not None, unfinished
+    answered, missing = int(counts.group(1)), int(counts.group(2))
+    assert ran - 2 <= answered <= ran - 2 + 4 and answered + 2 + missing == 200, unfinished
 
     assert resumed.returncode == 0, resumed.stdout
     outcomes = resumed.stdout.splitlines()[-1]
