@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="list the runs in the store, newest first, with their questions, answered, errors and "
                          "missing, and exit")
     ap.add_argument("--iterations", type=int, default=BOOTSTRAP, help=f"bootstrap resamples (default: {BOOTSTRAP})")
+    ap.add_argument("--asked-anew", action="store_true",
+                    help="summary.json and report.md count the run's answers asked anew by reason (new question, "
+                         "model, prompt, image bytes, --fresh, ...); off by default: ~1.6 s per 100,000 stored rows")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"),
                     help="paired comparison of B against A, each TAG (its orig arm), TAG:ARM or :ARM (an arm of the "
                          "newest run's tag); written to OUT/<benchmark>/compare/<A>-vs-<B>/")
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"no runs{' with tag ' + repr(args.tag) if args.tag else ''} in {args.store}; see --list")
         from pytest_satbench.report import write_reports
 
-        folders = write_reports(store, run_id, args.out, iterations=args.iterations)
+        folders = write_reports(store, run_id, args.out, iterations=args.iterations, asked_anew=args.asked_anew)
         if not folders:
             return _fail(f"run {run_id} has no recorded questions; nothing to report", 1)
         for f in folders:
