@@ -448,6 +448,9 @@ OPTIONS: tuple[Option, ...] = (
            "dataset version", kind="flag", config="allow_protocol_change"),
     Option("--export-jsonl", "write every stored row to reports/results.jsonl at the end", kind="flag",
            default=False),
+    Option("--asked-anew", "the report counts this run's answers asked anew by reason (new question, model, "
+           "prompt, image bytes, --fresh, ...); reads every earlier run's records of the benchmark (about 1.6 s "
+           "per 100,000 stored answers)", kind="flag", default=False),
     Option("--progress-every", "the progress line (answered/total, q/s over the last minute, elapsed, ETA, "
            "in flight per server, errors, retries): on a terminal it is rewritten in place once a second; "
            "otherwise (CI logs, SLURM) a plain line is printed every S seconds; 0 turns it off",
@@ -518,6 +521,7 @@ class Settings:
     judge_url: str | None = _D["judge_url"]
     judge_model: str | None = _D["judge_model"]
     export_jsonl: bool = _D["export_jsonl"]
+    asked_anew: bool = _D["asked_anew"]
     allow_protocol_change: bool = _D["allow_protocol_change"]
     gates: tuple[Gate, ...] = _D["gates"]
     bootstrap: int = _D["bootstrap"]
