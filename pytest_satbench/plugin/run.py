@@ -50,6 +50,7 @@ class RunController:
         self._outcomes: dict[str, str] = {}  # node id -> outcome, from runtest to its report
         self._server_lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # from request threads
         self._stopped = threading.Event()
+        self._seq_plugin: Any = _UNSET
         self._seq: dict[str, list[Any]] = {}  # node id -> what its report carries for --precision/--margin
 
     @property
@@ -145,9 +146,13 @@ class RunController:
         return self._runtime
 
     def _sequential(self) -> Any:
-        from pytest_satbench.plugin.sequential import SEQUENTIAL_KEY
+        """The --precision/--margin plugin object (plugin/sequential.py), None without a rule:
+        looked up once (it is registered at configure), not per item."""
+        if self._seq_plugin is _UNSET:
+            from pytest_satbench.plugin.sequential import SEQUENTIAL_KEY
 
-        return self.state.config.stash.get(SEQUENTIAL_KEY, None)
+            self._seq_plugin = self.state.config.stash.get(SEQUENTIAL_KEY, None)
+        return self._seq_plugin
 
     def _runtime_config(self) -> RuntimeConfig:
         from pytest_satbench.engine.config import RuntimeConfig
@@ -338,6 +343,7 @@ class RunController:
             self._builtin.close()
 
 
+_UNSET = object()
 _OUTCOMES: list[Any] = []
 
 
