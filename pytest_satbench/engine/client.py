@@ -42,7 +42,7 @@ import random
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -397,17 +397,22 @@ class ServerPool:
 
     # ------------------------------------------------------------------ asking
     def ask(self, *, model: str, prompt: str, image_jpeg: bytes | None, max_tokens: int,
-            temperature: float = 0.0, image_b64: bytes | None = None) -> Answer:
+            temperature: float = 0.0, image_b64: bytes | None = None, top_p: float | None = None,
+            seed: int | None = None, system_prompt: str | None = None,
+            extra_body: Mapping[str, Any] | None = None) -> Answer:
         """One chat completion, retried on transient failures. Blocking and thread-safe;
         blocks while every server has as many requests in flight as its limit allows.
-        image_jpeg=None asks the question without an image (the blind control)."""
+        image_jpeg=None asks the question without an image (the blind control). `top_p`,
+        `seed` (this request's: a repeated sample passes its own), `system_prompt` and
+        `extra_body` go into the body as `engine.wire.chat_payload` says; None sends nothing."""
         if self._closed:
             raise RuntimeError("ServerPool is closed")
         if self._control is None:
             self._start_control()
         if image_b64 is None and image_jpeg is not None:
             image_b64 = base64.b64encode(image_jpeg)
-        payload = chat_payload(model, prompt, image_b64, max_tokens, temperature)
+        payload = chat_payload(model, prompt, image_b64, max_tokens, temperature, top_p=top_p, seed=seed,
+                               system_prompt=system_prompt, extra_body=extra_body)
 
         tries = 1 + self.retries
         last_failed: _Server | None = None

@@ -36,12 +36,13 @@ import json
 import math
 import time
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_satbench.engine.failures import PROXY_AUTH_ADVICE, AttemptFailed, one_line
 from pytest_satbench.engine.transport import Response
 
-__all__ = ["RETRY_AFTER_MAX_S", "Completion", "ModelCard", "chat_payload", "read_completion", "read_model_list"]
+__all__ = ["OWNED_KEYS", "RETRY_AFTER_MAX_S", "Completion", "ModelCard", "chat_payload", "read_completion", "read_model_list"]
 
 # A Retry-After beyond this is treated as this. Rate limiters sometimes answer with the length
 # of a whole quota window (an hour); honouring that literally would look like a hung run, and
@@ -78,22 +79,48 @@ class ModelCard:
     max_model_len: int | None
 
 
+# Request body keys the plugin writes itself: `--extra-body` may not set them (each has its own
+# option, or the reply reader depends on it: one choice, not streamed).
+OWNED_KEYS = {
+    "model": "the model is --model", "messages": "the messages are the plugin's prompt",
+    "max_tokens": "use --max-new", "max_completion_tokens": "use --max-new",
+    "temperature": "use --temperature", "top_p": "use --top-p", "seed": "use --request-seed",
+    "n": "the plugin reads one choice per request", "stream": "the plugin reads whole replies",
+    "stream_options": "the plugin reads whole replies",
+}
+
+
 def chat_payload(model: str, prompt: str, image_b64: bytes | None, max_tokens: int,
-                 temperature: float) -> bytes:
+                 temperature: float, *, top_p: float | None = None, seed: int | None = None,
+                 system_prompt: str | None = None, extra_body: Mapping[str, Any] | None = None) -> bytes:
     """The request body, as `json.dumps` of the seed's message would give it.
 
     Built by joining pieces so the base64 image (tens of kB, pure ASCII, nothing to escape)
     is never scanned by the JSON encoder: questions about one image share its base64 bytes
     (`image_b64`, encoded once per image by the caller), and only the short parts are encoded.
+    `top_p` and `seed` are sent only when given; `system_prompt` is a system message before
+    the user's; `extra_body`'s keys (never one of `OWNED_KEYS`: the caller checks) are merged
+    into the body's top level, as the OpenAI client's `extra_body` does.
     """
-    head = json.dumps({"model": model, "temperature": temperature, "max_tokens": max_tokens})
+    head_doc: dict[str, Any] = {"model": model, "temperature": temperature}
+    if top_p is not None:
+        head_doc["top_p"] = top_p
+    if seed is not None:
+        head_doc["seed"] = seed
+    head_doc["max_tokens"] = max_tokens
+    if extra_body:
+        head_doc.update(extra_body)
+    head = json.dumps(head_doc)
     text = json.dumps({"type": "text", "text": prompt}).encode()
     if image_b64 is None:
         content = b"[" + text + b"]"
     else:
         content = (b'[{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,'
                    + image_b64 + b'"}}, ' + text + b"]")
-    return head[:-1].encode() + b', "messages": [{"role": "user", "content": ' + content + b"}]}"
+    system = (b"" if system_prompt is None
+              else b'{"role": "system", "content": ' + json.dumps(system_prompt).encode() + b"}, ")
+    return (head[:-1].encode() + b', "messages": [' + system + b'{"role": "user", "content": '
+            + content + b"}]}")
 
 
 # ---------------------------------------------------------------------- the gate

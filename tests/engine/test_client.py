@@ -469,3 +469,20 @@ def test_chat_payload_is_the_seeds_message_as_json() -> None:
     }
     blind = json.loads(chat_payload("m-1", prompt, None, 64, 0.0))
     assert blind["messages"][0]["content"] == [{"type": "text", "text": prompt}]
+
+
+def test_chat_payload_carries_the_model_settings() -> None:
+    """--top-p, a request seed, a system prompt and --extra-body's keys reach the body; the
+    default body (none of them) is the one above, key for key."""
+    from pytest_satbench.engine.wire import chat_payload
+
+    body = json.loads(chat_payload("m-1", "q?", b"QUJD", 64, 0.7, top_p=0.9, seed=12,
+                                   system_prompt='You are "careful".\n',
+                                   extra_body={"chat_template_kwargs": {"enable_thinking": False}}))
+    assert body["temperature"] == 0.7 and body["top_p"] == 0.9 and body["seed"] == 12
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert body["messages"][0]["content"] == 'You are "careful".\n'
+    assert body["messages"][1]["content"][1] == {"type": "text", "text": "q?"}
+    plain = json.loads(chat_payload("m-1", "q?", None, 64, 0.0))
+    assert set(plain) == {"model", "temperature", "max_tokens", "messages"}
