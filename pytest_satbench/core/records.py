@@ -1,4 +1,4 @@
-"""The records every layer passes around: one stored answer, one server's traffic.
+"""The records every layer passes around: one stored answer, one server's traffic, one arm's distortion.
 
 `AnswerRow` is what the store keeps per (node id, arm, fingerprint) and what every number is
 computed from (`results.benchmark_results`); `ServerTraffic` is what one process's client
@@ -43,6 +43,22 @@ class AnswerRow:
     # the reply's text held characters no encoder takes (lone surrogates): they were replaced
     # with U+FFFD, the rest is the model's answer (engine/wire.py)
     repaired: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Distortion:
+    """How far one arm's image, as sent, is from the original's, as sent (engine/distortion.py).
+
+    Both images are the decoded JPEG q95 bytes the VLM receives, at the arms' common geometry,
+    8-bit RGB, data range 255. `psnr` is math.inf when the two are identical (the store keeps
+    IEEE infinity; reports show "inf"). `msssim` is None when the smaller side is under 161 px
+    (five scales of an 11-px window do not fit); `lpips` is None unless --lpips-weights was given.
+    """
+
+    psnr: float  # dB (Huynh-Thu & Ghanbari 2008); math.inf for identical images
+    ssim: float  # Wang et al. 2004, 11x11 Gaussian window (sigma 1.5), mean over channels
+    msssim: float | None = None  # Wang, Simoncelli & Bovik 2003, 5 scales
+    lpips: float | None = None  # Zhang et al. 2018, AlexNet, from the user's weights
 
 
 @dataclass(frozen=True, slots=True)

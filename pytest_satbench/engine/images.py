@@ -26,6 +26,7 @@ from PIL import Image, UnidentifiedImageError
 from pytest_satbench.codecs.base import Codec
 from pytest_satbench.core.arms import ORIG
 from pytest_satbench.core.question import ImageRef
+from pytest_satbench.core.records import Distortion
 from pytest_satbench.engine.config import config_default
 from pytest_satbench.engine.fingerprint import PIPELINE_VERSION
 from pytest_satbench.engine.store import ImageInfo, ResultStore
@@ -44,6 +45,8 @@ class ArmImage:
     size: tuple[int, int]
     tokens: int | None = None  # image tokens the codec used (One-D-Piece: nlatent x crops)
     b64: bytes = field(default=b"", repr=False)  # base64 of jpeg, encoded once for all its questions
+    # how far this reconstruction, as sent, is from the original as sent (None for the orig arm)
+    distortion: Distortion | None = None
 
     def __post_init__(self) -> None:
         if not self.b64:

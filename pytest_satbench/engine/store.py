@@ -26,11 +26,11 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
+from pytest_satbench.core.records import AnswerRow, Distortion, LimitTrace, ServerTraffic
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
@@ -113,6 +113,22 @@ CREATE TABLE IF NOT EXISTS image_info (
     width INTEGER NOT NULL,
     height INTEGER NOT NULL,
     sample TEXT
+);
+-- how far each arm's image as sent is from the original's as sent (core/records.py: Distortion),
+-- keyed by the sha256 of both images' bytes sent (answers.image_sha256 of the orig arm and of
+-- the arm): computed once when an image is prepared, reused by a resume and by reports.
+-- psnr is IEEE infinity for identical images; lpips_weights is the sha256 of the weights file
+-- LPIPS was computed with (NULL with lpips when it was not computed)
+CREATE TABLE IF NOT EXISTS distortion (
+    orig_sha256 TEXT NOT NULL,
+    arm_sha256 TEXT NOT NULL,
+    psnr REAL NOT NULL,
+    ssim REAL NOT NULL,
+    msssim REAL,
+    lpips REAL,
+    lpips_weights TEXT,
+    created REAL NOT NULL,
+    PRIMARY KEY (orig_sha256, arm_sha256)
 );
 """
 
@@ -705,6 +721,60 @@ class ResultStore:
             wait=False,
         )
 
+    # ------------------------------------------------------------------ distortion
+    def put_distortion(self, orig_sha256: str, arm_sha256: str, d: Distortion,
+                       lpips_weights: str | None = None) -> None:
+        """Keep one arm's distortion (`lpips_weights`: the sha256 of the LPIPS weights file, when
+        `d.lpips` is set). Not waited for: a lost row is computed again by the next run."""
+        self._write(
+            "INSERT OR REPLACE INTO distortion (orig_sha256, arm_sha256, psnr, ssim, msssim, lpips, lpips_weights, "
+            "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (orig_sha256, arm_sha256, float(d.psnr), float(d.ssim), d.msssim, d.lpips,
+             lpips_weights if d.lpips is not None else None, time.time()),
+            wait=False,
+        )
+
+    def distortion(self, orig_sha256: str, arm_sha256: str, *,
+                   lpips_weights: str | None = None) -> Distortion | None:
+        """The stored distortion of one arm's image, or None. With `lpips_weights`, a stored LPIPS
+        computed with other weights is left out (lpips None), so the caller computes it again."""
+        got = self._conn().execute(
+            "SELECT psnr, ssim, msssim, lpips, lpips_weights FROM distortion WHERE orig_sha256=? AND arm_sha256=?",
+            (orig_sha256, arm_sha256),
+        ).fetchone()
+        if got is None:
+            return None
+        psnr, ssim, msssim, lpips, weights = got
+        if lpips_weights is not None and weights != lpips_weights:
+            lpips = None
+        return Distortion(float(psnr), float(ssim), msssim, lpips)
+
+    def distortions(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Distortion]:
+        """The stored distortion of every (orig sha256, arm sha256) pair that has one (absent
+        pairs are left out), in queries of up to 400 pairs (800 parameters: under the 999 of SQLite
+        before 3.32)."""
+        self.flush()
+        wanted = list(dict.fromkeys((str(o), str(a)) for o, a in pairs))
+        out: dict[tuple[str, str], Distortion] = {}
+        conn = self._conn()
+        for sql, args in _pair_queries(
+            wanted, "d.orig_sha256, d.arm_sha256, d.psnr, d.ssim, d.msssim, d.lpips", ""
+        ):
+            for o, a, psnr, ssim, msssim, lpips in conn.execute(sql, args):
+                out[(o, a)] = Distortion(float(psnr), float(ssim), msssim, lpips)
+        return out
+
+    def lpips_weights_used(self, pairs: Iterable[tuple[str, str]]) -> set[str]:
+        """The sha256 of every LPIPS weights file the stored distortions of `pairs` were
+        computed with (empty when none had LPIPS), for a report to name them."""
+        self.flush()
+        wanted = list(dict.fromkeys((str(o), str(a)) for o, a in pairs))
+        used: set[str] = set()
+        conn = self._conn()
+        for sql, args in _pair_queries(wanted, "DISTINCT d.lpips_weights", " WHERE d.lpips_weights IS NOT NULL"):
+            used.update(w for (w,) in conn.execute(sql, args))
+        return used
+
     def close(self) -> None:
         if self._writer is not None:
             self._queue.put(None)
@@ -753,6 +823,17 @@ def network_store_warning(path: Path, mounts: Path = Path("/proc/mounts")) -> st
         return None
     return (f"the results store {path} is on a {fstype} file system, where SQLite's locking is not safe; "
             "pass --store PATH on local disk (e.g. /tmp or the node's scratch)")
+
+
+def _pair_queries(pairs: list[tuple[str, str]], columns: str, where: str) -> Iterator[tuple[str, list[str]]]:
+    """SELECT `columns` of the distortion rows (alias d) of `pairs`, 400 pairs a query, each pair
+    found by the primary key (a join with a VALUES list)."""
+    for start in range(0, len(pairs), 400):
+        chunk = pairs[start:start + 400]
+        values = ", ".join("(?, ?)" for _ in chunk)
+        sql = (f"WITH w(o, a) AS (VALUES {values}) SELECT {columns} FROM w "
+               f"JOIN distortion d ON d.orig_sha256 = w.o AND d.arm_sha256 = w.a{where}")
+        yield sql, [v for pair in chunk for v in pair]
 
 
 def _rollback(conn: sqlite3.Connection | None) -> None:
