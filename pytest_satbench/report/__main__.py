@@ -6,9 +6,10 @@
     python -m pytest_satbench.report --reasons [--run RUN_ID | --tag TAG]
     python -m pytest_satbench.report --plan TAG [--width W] [--detect D]
     python -m pytest_satbench.report --curve [TAG] [--margin M]
+    python -m pytest_satbench.report --merge STORE [STORE ...] --into STORE
 
-Exit codes: 0 written/listed/compared, 2 bad usage, missing store or run, a comparison that
-cannot be made, 1 nothing to report.
+Exit codes: 0 written/listed/compared/merged, 2 bad usage, missing store or run, a comparison
+that cannot be made, a store that cannot be merged (nothing is), 1 nothing to report.
 """
 
 from __future__ import annotations
@@ -85,7 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--margin", type=float, default=1.0,
                     help="with --curve: a budget is within the margin when its delta interval lies above -M points "
                          "(default: 1.0)")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="STORE",
+                    help="copy every row of these stores (the shards of a job array, docs/cluster.md) into the store "
+                         "--into names: never a duplicate (merging twice adds nothing), a run whose protocol conflicts "
+                         "with the target's runs of its tag refused; all or nothing, the sources only read")
+    ap.add_argument("--into", type=Path, metavar="STORE", help="with --merge: the store merged into (created if absent)")
     args = ap.parse_args(argv)
+    if (args.merge is None) != (args.into is None):
+        ap.error("--merge STORE... and --into STORE go together")
+    if args.merge is not None:
+        return _merge(args.merge, args.into)
     if args.plan is not None and not (args.width or args.detect):
         ap.error("--plan needs --width W and/or --detect D")
     if (args.width is not None and args.width <= 0) or args.detect == 0:
@@ -168,6 +178,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         store.close()
+
+
+def _merge(sources: list[Path], target: Path) -> int:
+    from pytest_satbench.engine.merge import MergeError, merge_stores
+    from pytest_satbench.engine.store import StoreError
+
+    try:
+        result = merge_stores(sources, target)
+    except MergeError as exc:
+        for line in exc.lines:
+            _fail(line)
+        return _fail(f"nothing merged into {target} ({len(exc.lines)} bad input{'s' if len(exc.lines) != 1 else ''})")
+    except StoreError as exc:
+        return _fail(str(exc))
+    for src, per in result.added.items():
+        shown = ", ".join(f"{n} {table}" for table, n in per.items() if n) or "nothing new"
+        print(f"satbench: merged {src}: {shown}")
+    print(f"satbench: {len(result.added)} store(s) merged into {target}; "
+          f"report it with --store {target} --tag TAG")
+    return 0
 
 
 def _compare(store: object, args: argparse.Namespace) -> int:
