@@ -8,6 +8,10 @@ and 32-42 times on RSVQA-HR-sized data that way).
 All arms of an image are sent at the same geometry: the reconstruction's size (the first
 codec's output size), with the original resized to it, each as JPEG quality 95, so the only
 difference between the arms is the codec.
+
+Each reconstruction's distortion against the original, both as sent (engine/distortion.py), is
+measured here once per pair of images sent and kept in the store (`ResultStore.distortion`), so
+a resumed run and every report reuse it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from PIL import Image, UnidentifiedImageError
 
@@ -75,7 +80,12 @@ class ImagePipeline:
         cache_images: int = config_default("cache_images"),
         workers: int = 2,
         disk_cache: object | None = None,
+        lpips: object | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
+        """`lpips`: an `engine.lpips.LPIPS` (--lpips-weights), None: LPIPS is not computed;
+        `say`: where a distortion that could not be measured is said, one line (None: kept in
+        `distortion_notes` only)."""
         self.codecs = codecs
         self.arms: list[str] = [ORIG] + [a.canonical for c in codecs for a in c.arms]
         self._codec_of = {a.canonical: c for c in codecs for a in c.arms}
@@ -90,6 +100,10 @@ class ImagePipeline:
         self.reconstructions = 0  # codec runs (not disk-cache hits), for tests and stats
         self.decodes = 0
         self.full_check = os.environ.get("SATBENCH_IMAGE_CHECK", "").lower() == "full"
+        self.lpips = lpips
+        self.say = say
+        self.distortions_computed = 0  # (orig, arm) pairs measured here, not found in the store
+        self.distortion_notes: list[str] = []  # the first lines said about unmeasured distortion
 
     # ------------------------------------------------------------------ identity
     def codec_identity(self, arm: str) -> str:
@@ -207,7 +221,53 @@ class ImagePipeline:
         orig = image if image.size == target else image.resize(target, Image.Resampling.BICUBIC)
         data = encode_jpeg(orig)
         arms[ORIG] = ArmImage(data, hashlib.sha256(data).hexdigest(), target)
+        self._measure_distortion(ref, arms)
         return PreparedImage({name: arms[name] for name in self.arms})
+
+    # ------------------------------------------------------------------ distortion
+    def _measure_distortion(self, ref: ImageRef, arms: dict[str, ArmImage]) -> None:
+        """Fill each reconstruction arm's `distortion`: the store's, else measured here and kept.
+        A pair that cannot be measured keeps None and is said once (its answers still count)."""
+        orig = arms[ORIG]
+        weights = getattr(self.lpips, "weights_sha256", None)
+        orig_rgb = None
+        for name, arm in arms.items():
+            if name == ORIG:
+                continue
+            found = None
+            if self.store is not None:
+                found = self.store.distortion(orig.sha256, arm.sha256, lpips_weights=weights)
+            if found is not None and (self.lpips is None or found.lpips is not None):
+                arms[name] = replace(arm, distortion=found)
+                continue
+            try:
+                from pytest_satbench.engine import distortion as dist
+
+                if orig_rgb is None:
+                    orig_rgb = dist.decode_rgb(orig.jpeg)
+                arm_rgb = dist.decode_rgb(arm.jpeg)
+                if found is None:
+                    s, ms = dist.ssim_and_msssim(orig_rgb, arm_rgb)
+                    found = Distortion(dist.psnr(orig_rgb, arm_rgb), s, ms)
+                if self.lpips is not None:
+                    found = replace(found, lpips=self.lpips(orig_rgb, arm_rgb))  # type: ignore[operator]
+            except Exception as exc:  # noqa: BLE001 - a measurement never fails the image's questions
+                self._distortion_note(
+                    f"distortion of arm {name} of image {ref.describe()} not measured "
+                    f"({type(exc).__name__}: {exc}); its answers count, its distortion is left out")
+                continue
+            self.distortions_computed += 1
+            if self.store is not None:
+                self.store.put_distortion(orig.sha256, arm.sha256, found, weights)
+            arms[name] = replace(arm, distortion=found)
+
+    def _distortion_note(self, line: str) -> None:
+        with self._info_lock:
+            first = len(self.distortion_notes) < 20
+            if first:
+                self.distortion_notes.append(line)
+        if first and self.say is not None:
+            self.say(line)
 
     # ------------------------------------------------------------------ disk cache
     def _disk_key(self, codec: Codec, arm: str, info: ImageInfo, target: tuple[int, int]) -> str:
