@@ -41,6 +41,7 @@ class RuntimeConfig:
     # requests in flight from this process: caps, and adaptive limits under them
     concurrency: ConcurrencySpec = field(default_factory=ConcurrencySpec)
     cache_images: int = 256
+    lpips_weights: Path | None = None  # --lpips-weights: LPIPS measured with these (engine/lpips.py)
     request_timeout: float = 600.0
     retries: int = 4
     max_reply_bytes: int = 8 * 2**20  # a longer reply body is a failure

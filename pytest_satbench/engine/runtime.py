@@ -104,6 +104,7 @@ class Runtime:
             raise StartError(str(exc)) from None
         self.images = ImagePipeline(
             codecs, store=self.store, cache_images=cfg.cache_images, disk_cache=self._disk_cache(),
+            lpips=self._lpips(), say=cfg.on_servers_notice,  # (the plugin's line to the terminal mid-run)
         )
         stack.callback(self.images.close)
         proto = cfg.protocol(self.model, judge.model if judge else None)
@@ -175,6 +176,18 @@ class Runtime:
         except (ServerUnavailable, ModelMismatch) as exc:
             raise StartError(f"--judge: {exc}") from None
         return Judge(pool, model)
+
+    def _lpips(self) -> object | None:
+        """LPIPS with --lpips-weights (None without): a file that is not LPIPS-Alex weights stops the
+        start with one line naming it."""
+        if self.cfg.lpips_weights is None:
+            return None
+        from pytest_satbench.engine.lpips import LPIPS, LpipsWeightsError
+
+        try:
+            return LPIPS(self.cfg.lpips_weights)
+        except LpipsWeightsError as exc:
+            raise StartError(str(exc)) from None
 
     def _disk_cache(self) -> object | None:
         if self.cfg.recon_cache_dir is None:

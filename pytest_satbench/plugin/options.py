@@ -137,6 +137,15 @@ def _store(where: str, raw: str) -> Path:
     return path.resolve()
 
 
+def _lpips_weights(where: str, raw: str) -> Path:
+    """--lpips-weights PATH: a file (what it holds is checked when the run starts, with torch)."""
+    path = Path(raw).expanduser().resolve()
+    if not path.is_file():
+        raise pytest.UsageError(f"{where}: {path} is not a file; pass the LPIPS-Alex weights file "
+                                "(a torch state dict, docs/distortion.md), or leave the option out")
+    return path
+
+
 def _aliases(where: str, texts: Sequence[str]) -> tuple[str, ...]:
     ids = tuple(dict.fromkeys(a.strip() for text in texts for a in text.split(",") if a.strip()))
     if texts and not ids:
@@ -397,6 +406,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--metrics", "auto: steer limits by a server's vLLM /metrics when it serves them; off: by latency and "
            "throughput alone", default="auto", choices=("auto", "off"), ini="satbench_metrics",
            fields=("concurrency",), build=_concurrency_spec, built_default=ConcurrencySpec()),
+    Option("--lpips-weights", "LPIPS (AlexNet, v0.1) of each reconstruction against the original, both as sent, "
+           "from this file: a torch state dict of AlexNet's features and LPIPS' linear layers (docs/distortion.md; "
+           "needs torch)", parse=_lpips_weights, ini="satbench_lpips_weights", metavar="PATH",
+           config="lpips_weights", default_doc="not computed (PSNR, SSIM and MS-SSIM are)"),
     Option("--cache-images", "prepared images kept in memory", parse=integer(),
            ini="satbench_cache_images", metavar="N", config="cache_images"),
     Option("--request-timeout", "deadline of one request attempt, whole (connect, send, receive), in seconds",
@@ -503,6 +516,7 @@ class Settings:
     max_new: int = _D["max_new"]
     concurrency: ConcurrencySpec = _D["concurrency"]
     cache_images: int = _D["cache_images"]
+    lpips_weights: Path | None = _D["lpips_weights"]
     request_timeout: float = _D["request_timeout"]
     retries: int = _D["retries"]
     give_up_after: float = _D["give_up_after"]

@@ -102,6 +102,11 @@ def opt_help(flag: str) -> str:
 IniCase = tuple[str, str, Callable[[Settings], Any], Any, Any]
 
 
+def _touch(path: Path) -> Path:
+    path.touch()
+    return path
+
+
 def ini_cases(d1: Path, d2: Path) -> dict[str, IniCase]:
     def arms(s: Settings) -> tuple[str, ...]:
         return tuple(a.canonical for a in s.arms)
@@ -118,6 +123,9 @@ def ini_cases(d1: Path, d2: Path) -> dict[str, IniCase]:
         "--concurrency-control": ("fixed", "adaptive", lambda s: s.concurrency.adaptive, False, True),
         "--metrics": ("off", "auto", lambda s: s.concurrency.metrics, False, True),
         "--cache-images": ("10", "20", lambda s: s.cache_images, 10, 20),
+        # an existing file (what it holds is checked when the run starts)
+        "--lpips-weights": (str(_touch(d1 / "w.pth")), str(_touch(d2 / "w.pth")), lambda s: s.lpips_weights,
+                            (d1 / "w.pth").resolve(), (d2 / "w.pth").resolve()),
         "--request-timeout": ("30", "2.5", lambda s: s.request_timeout, 30.0, 2.5),
         "--retries": ("0", "2", lambda s: s.retries, 0, 2),
         "--give-up-after": ("30", "5", lambda s: s.give_up_after, 30.0, 5.0),
@@ -161,6 +169,7 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--concurrency-control": ("auto", "--concurrency-control: expected one of adaptive, fixed, got 'auto'"),
     "--metrics": ("on", "--metrics: expected one of auto, off, got 'on'"),
     "--cache-images": ("0", "--cache-images: must be at least 1, got 0"),
+    "--lpips-weights": ("/nonexistent/alex.pth", "--lpips-weights: /nonexistent/alex.pth is not a file; pass the *"),
     "--request-timeout": ("soon", "--request-timeout: expected a number of seconds, got 'soon'"),
     "--retries": ("-1", "--retries: must be at least 0, got -1"),
     "--give-up-after": ("never", "--give-up-after: expected a number of seconds, got 'never'"),
