@@ -487,7 +487,8 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 body = json.loads(raw)
-                content = body["messages"][0]["content"]
+                # the question is the last user message (a system message may come first)
+                content = [m for m in body["messages"] if m.get("role", "user") == "user"][-1]["content"]
                 parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
                 prompt = "".join(p.get("text", "") for p in parts if p.get("type") == "text")
                 image: bytes | None = None

@@ -9,6 +9,7 @@ A stored answer is reused when its fingerprint matches; wrong answers are never 
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections.abc import Callable
@@ -81,7 +82,9 @@ class Job:
 @dataclass(frozen=True)
 class Judge:
     """The LLM judge of VRSBench's official evaluation (`--judge`): its own server pool and
-    model; its verdicts are stored and fingerprinted like answers."""
+    model; its verdicts are stored and fingerprinted like answers. It is asked at temperature
+    0 without the run's model settings (--temperature, --top-p, --request-seed,
+    --system-prompt, --extra-body): they describe the model measured, not its judge."""
 
     pool: ServerPool
     model: str
@@ -113,6 +116,7 @@ class QuestionRunner:
         self.store = store
         self.settings = settings
         self._settings_digest = settings.digest()
+        self._extra_body = json.loads(settings.extra_body) if settings.extra_body else None
         self.score_options = score_options
         self.arms: list[str] = list(images.arms) + ([BLIND] if blind else [])
         self.fresh = fresh
@@ -334,6 +338,10 @@ class QuestionRunner:
                 image_b64=arm_image.b64 if arm_image else None,
                 max_tokens=self.settings.max_tokens,
                 temperature=self.settings.temperature,
+                top_p=self.settings.top_p,
+                seed=self.settings.seed,
+                system_prompt=self.settings.system_prompt,
+                extra_body=self._extra_body,
             )
         except RequestFailed as exc:
             row = self._error_row(job, arm, fp, str(exc))

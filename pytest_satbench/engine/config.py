@@ -33,6 +33,12 @@ class RuntimeConfig:
     arms: tuple[ArmSpec, ...] = ()
     model: str | None = None  # None: the one model the servers list
     max_new: int = 1024
+    # the model settings every request carries (engine/wire.py chat_payload); None: not sent
+    temperature: float = 0.0
+    top_p: float | None = None
+    request_seed: int | None = None
+    system_prompt: str | None = None
+    extra_body: str | None = None  # a JSON object, canonical: merged into every request body
     prompt_style: str = DEFAULT_STYLE
     box_grid: str | None = None  # None: the prompt style's grid
     iou: str = "inclusive"
@@ -88,7 +94,7 @@ class RuntimeConfig:
             "command": list(self.command),
             "model": model,
             "servers": list(self.servers_shown or self.urls),
-            "sampling": {"temperature": 0.0, "max_tokens": self.max_new},
+            "sampling": self.sampling(),
             "prompt_style": self.prompt_style,
             "box_grid": self.box_grid,
             "iou": self.iou,
@@ -103,6 +109,26 @@ class RuntimeConfig:
             "order": dict(self.order),
             **({"sequential": {k: dict(v) for k, v in self.sequential.items()}} if self.sequential else {}),
         })
+
+
+    def sampling(self) -> dict[str, Any]:
+        """protocol.json's "sampling": every model setting the requests carry (None: not sent)."""
+        import json
+
+        return {"temperature": self.temperature, "max_tokens": self.max_new, "top_p": self.top_p,
+                "seed": self.request_seed, "system_prompt": self.system_prompt,
+                "extra_body": json.loads(self.extra_body) if self.extra_body else None}
+
+
+# protocol.json's "sampling" of a run that set none of the model settings; runs recorded before
+# they existed wrote only temperature and max_tokens, and measured exactly this
+SAMPLING_UNSET = {"top_p": None, "seed": None, "system_prompt": None, "extra_body": None}
+
+
+def sampling_of(protocol: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's recorded sampling settings with every setting present: older runs' records
+    compare equal to a run that set nothing new."""
+    return {**SAMPLING_UNSET, **(protocol.get("sampling") or {})}
 
 
 def config_default(name: str) -> Any:

@@ -23,15 +23,30 @@ PIPELINE_VERSION = "1"  # JPEG q95 at the reconstruction's geometry, PIL BICUBIC
 
 @dataclass(frozen=True, slots=True)
 class AskSettings:
-    """Everything shared by every request of a run that changes an answer."""
+    """Everything shared by every request of a run that changes an answer.
+
+    The fields after `prompt_style` (--top-p, --request-seed, --system-prompt, --extra-body)
+    enter the digest only when set: a run with none of them has the digest runs had before
+    they existed, so every store written then resumes without asking anything again."""
 
     model: str
     max_tokens: int
     temperature: float
     prompt_style: str
+    top_p: float | None = None
+    seed: int | None = None  # the run's request seed (a repeated sample may send its own)
+    system_prompt: str | None = None
+    extra_body: str | None = None  # a JSON object, canonical (sorted keys, no spaces)
 
     def digest(self) -> str:
-        return _digest({"pipeline": PIPELINE_VERSION, **asdict(self)})
+        fields = asdict(self)
+        for name in _OPTIONAL:
+            if fields[name] is None:
+                del fields[name]
+        return _digest({"pipeline": PIPELINE_VERSION, **fields})
+
+
+_OPTIONAL = ("top_p", "seed", "system_prompt", "extra_body")
 
 
 def arm_fingerprint(

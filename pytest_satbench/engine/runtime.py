@@ -126,7 +126,9 @@ class Runtime:
         # Whatever the client sent is kept with the run (reports show attempts, failures and
         # retries per server); written before the store closes, on every path.
         stack.callback(self._record_traffic)
-        settings = AskSettings(model=self.model, max_tokens=cfg.max_new, temperature=0.0, prompt_style=cfg.prompt_style)
+        settings = AskSettings(model=self.model, max_tokens=cfg.max_new, temperature=cfg.temperature,
+                               prompt_style=cfg.prompt_style, top_p=cfg.top_p, seed=cfg.request_seed,
+                               system_prompt=cfg.system_prompt, extra_body=cfg.extra_body)
         bases: dict[str, ScoreOptions] = {}
 
         def score_options(q: Question, size: tuple[int, int] | None) -> ScoreOptions:

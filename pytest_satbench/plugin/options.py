@@ -210,6 +210,64 @@ def _prompt_style(where: str, raw: str) -> str:
     return raw
 
 
+def _number(where: str, raw: str, low: float, high: float, *, low_open: bool = False) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise pytest.UsageError(f"{where}: expected a number, got {raw!r}") from None
+    if not (math.isfinite(value) and (value > low if low_open else value >= low) and value <= high):
+        span = f"{'above' if low_open else 'from'} {low:g} {'up ' if low_open else ''}to {high:g}"
+        raise pytest.UsageError(f"{where}: expected a number {span}, got {raw!r}")
+    return value
+
+
+def _temperature(where: str, raw: str) -> float:
+    return _number(where, raw, 0.0, 2.0)  # OpenAI's range; vLLM takes the same values
+
+
+def _top_p(where: str, raw: str) -> float:
+    return _number(where, raw, 0.0, 1.0, low_open=True)
+
+
+def _system_prompt(where: str, raw: str) -> str:
+    """The text, or @FILE: the file's text (UTF-8), as is. (On the command line write
+    --system-prompt=@FILE: a separate "@FILE" argument is pytest's own arguments file.)"""
+    if not raw.strip():
+        raise pytest.UsageError(f"{where}: pass the system prompt's text, or @FILE of a file holding it")
+    if not raw.startswith("@"):
+        return raw
+    path = Path(raw[1:]).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else (exc.strerror or type(exc).__name__)
+        raise pytest.UsageError(f"{where}: cannot read {path} ({why}); pass the prompt's text or @FILE of a "
+                                "readable UTF-8 file") from None
+    if not text.strip():
+        raise pytest.UsageError(f"{where}: {path} is empty; pass a file holding the system prompt")
+    return text
+
+
+def _extra_body(where: str, raw: str) -> str:
+    """A JSON object, in canonical form (sorted keys): merged into every request body."""
+    import json
+
+    from pytest_satbench.engine.wire import OWNED_KEYS
+
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise pytest.UsageError(f"{where}: not valid JSON ({exc}); pass an object, e.g. "
+                                """'{"chat_template_kwargs": {"enable_thinking": false}}'""") from None
+    if not isinstance(doc, dict):
+        raise pytest.UsageError(f"{where}: expected a JSON object, got {type(doc).__name__}; pass an object, e.g. "
+                                """'{"chat_template_kwargs": {"enable_thinking": false}}'""")
+    for key in doc:
+        if key in OWNED_KEYS:
+            raise pytest.UsageError(f"{where}: key {key!r} is the plugin's to set ({OWNED_KEYS[key]})")
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _nlatent(where: str, raw: str) -> str | None:
     budgets = [b.strip() for b in raw.split(",") if b.strip()]
     for b in budgets:
@@ -395,6 +453,19 @@ OPTIONS: tuple[Option, ...] = (
            fields=(), metavar="N"),
     Option("--max-new", "max_tokens per answer", parse=integer(), ini="satbench_max_new", metavar="N",
            config="max_new"),
+    Option("--temperature", "sampling temperature of every request (0: greedy)", parse=_temperature,
+           ini="satbench_temperature", metavar="T", config="temperature"),
+    Option("--top-p", "nucleus sampling: top_p of every request", parse=_top_p, ini="satbench_top_p", metavar="P",
+           config="top_p", default_doc="not sent (the server's default)"),
+    Option("--request-seed", "seed sent with every request: with --temperature above 0, servers that honour it "
+           "(vLLM) sample the same answer again", parse=integer(minimum=0), ini="satbench_request_seed",
+           metavar="N", config="request_seed", default_doc="not sent"),
+    Option("--system-prompt", "system message sent before every question: the text, or @FILE for a file's",
+           parse=_system_prompt, ini="satbench_system_prompt", metavar="TEXT|@FILE", config="system_prompt",
+           default_doc="none"),
+    Option("--extra-body", "JSON object merged into every request body, e.g. "
+           """'{"chat_template_kwargs": {"enable_thinking": false}}' (not the judge's requests)""",
+           parse=_extra_body, ini="satbench_extra_body", metavar="JSON", config="extra_body", default_doc="none"),
     Option("--concurrency", "cap on requests in flight: N per server, or total:N across all servers; under the "
            "cap each server's limit adapts to what it can take (caps are for the whole run: xdist workers share "
            "them)", default=(None, None), parse=_concurrency, ini="satbench_concurrency", metavar="auto|N|total:N",
@@ -514,6 +585,11 @@ class Settings:
     margin: float | None = _D["margin"]
     arms: tuple[ArmSpec, ...] = _D["arms"]
     max_new: int = _D["max_new"]
+    temperature: float = _D["temperature"]
+    top_p: float | None = _D["top_p"]
+    request_seed: int | None = _D["request_seed"]
+    system_prompt: str | None = _D["system_prompt"]
+    extra_body: str | None = _D["extra_body"]
     concurrency: ConcurrencySpec = _D["concurrency"]
     cache_images: int = _D["cache_images"]
     lpips_weights: Path | None = _D["lpips_weights"]

@@ -32,6 +32,7 @@ from pytest_satbench.core.results import (
     benchmark_results,
     score_options,
 )
+from pytest_satbench.engine.config import sampling_of
 from pytest_satbench.engine.store import ResultStore
 
 __all__ = ["Each", "collect", "tag_runs", "token_curve"]
@@ -135,8 +136,8 @@ def tag_runs(store: ResultStore, run_id: str, bench: str,
 
 
 def _same_measure(a: Mapping[str, Any], b: Mapping[str, Any], bench: str) -> bool:
-    if any(a.get(k) != b.get(k) for k in _MEASURE):
-        return False
+    if any(a.get(k) != b.get(k) for k in _MEASURE if k != "sampling") or sampling_of(a) != sampling_of(b):
+        return False  # (a run recorded before the model settings existed set none of them)
     if (a.get("judge") or {}).get("model") != (b.get("judge") or {}).get("model"):
         return False
     files_a, files_b = (a.get("datasets") or {}).get(bench), (b.get("datasets") or {}).get(bench)

@@ -5,8 +5,10 @@ the sampling settings, the prompt style and rendered prompt, the arm with its co
 the image bytes sent. The fingerprint itself is a hash; its components are all kept in the store
 already, so nothing new is recorded to name them:
 
-- model, max tokens, temperature, prompt style, the served root and the codec identity of the
-  arm: the protocol of the run that asked the answer (`runs.protocol`);
+- model, max tokens, temperature, top p, request seed, system prompt, extra body (the model
+  settings, `sampling`), prompt style, the served root and the codec identity of the arm: the
+  protocol of the run that asked the answer (`runs.protocol`; a run recorded before the model
+  settings existed set none of them);
 - the rendered prompt and the geometry the image was sent at: that run's record of the question
   (`run_items.question`: `prompt`, `sent_size`);
 - the image bytes sent: the sha256 each answer row carries (`answers.image_sha256`; it changes
@@ -19,7 +21,7 @@ components side by side, per arm, and names the components in which the answers 
 component, in this order, in which the question's newest earlier record (any earlier run, any
 tag: the store shares answers across tags) differs: `new question` (no earlier run recorded
 it), `new arm` (earlier runs recorded it, not in this arm), `model changed`, `sampling changed`
-(max tokens), `prompt changed` (prompt style or rendered prompt), `image bytes changed` (the
+(max tokens, temperature, top p, request seed, system prompt or extra body), `prompt changed` (prompt style or rendered prompt), `image bytes changed` (the
 sent bytes' sha256 or the geometry), `codec changed` (the arm's codec identity, e.g. another
 checkpoint under the same path); with the same fingerprint as before: `--fresh` when the run's
 command line carries it, else `asked again` (the earlier ask failed or never came back).
@@ -28,6 +30,7 @@ command line carries it, else `asked again` (the earlier ask failed or never cam
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_satbench.core.records import AnswerRow
+from pytest_satbench.engine.config import sampling_of
 from pytest_satbench.engine.store import ResultStore
 
 __all__ = ["COMPONENTS", "REASONS", "Component", "asked_anew", "reasons", "reasons_lines", "reasons_text", "why_lines"]
@@ -53,7 +57,9 @@ class Component:
 
 COMPONENTS = (
     Component("model", True), Component("served root", False), Component("max tokens", True),
-    Component("temperature", True), Component("prompt style", True), Component("prompt", True),
+    Component("temperature", True), Component("top p", True), Component("request seed", True),
+    Component("system prompt", True), Component("extra body", True), Component("prompt style", True),
+    Component("prompt", True),
     Component("sent size", True), Component("image bytes sent", True), Component("codec identity", True),
     Component("fingerprint", False),
 )
@@ -64,7 +70,9 @@ def _sha(text: str | None) -> str:
 
 
 def _components(row: AnswerRow, protocol: Mapping[str, Any], question: Mapping[str, Any] | None) -> dict[str, str]:
-    sampling = protocol.get("sampling") or {}
+    sampling = sampling_of(protocol)
+    system = sampling["system_prompt"]
+    extra = sampling["extra_body"]
     served = protocol.get("served_model") or {}
     prompt = question.get("prompt") if question else None
     size = question.get("sent_size") if question else None
@@ -73,6 +81,10 @@ def _components(row: AnswerRow, protocol: Mapping[str, Any], question: Mapping[s
         "served root": str(served.get("root") or "-"),
         "max tokens": str(sampling.get("max_tokens", "-")),
         "temperature": str(sampling.get("temperature", "-")),
+        "top p": str(sampling["top_p"] if sampling["top_p"] is not None else "-"),
+        "request seed": str(sampling["seed"] if sampling["seed"] is not None else "-"),
+        "system prompt": f"{_sha(system)} {_snippet(system)}" if system is not None else "-",
+        "extra body": json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra is not None else "-",
         "prompt style": str(protocol.get("prompt_style", "-")),
         "prompt": f"{_sha(prompt)} {_snippet(prompt)}" if prompt is not None else "-",
         "sent size": "x".join(map(str, size)) if size else "-",
@@ -163,8 +175,7 @@ def _reason(now: _Seen, before: _Seen | None, known: bool, mine: Mapping[str, An
         return "--fresh" if fresh else "asked again"
     if mine.get("model") != theirs.get("model"):
         return "model changed"
-    sm, st = mine.get("sampling") or {}, theirs.get("sampling") or {}
-    if sm.get("max_tokens") != st.get("max_tokens") or sm.get("temperature") != st.get("temperature"):
+    if sampling_of(mine) != sampling_of(theirs):
         return "sampling changed"
     if mine.get("prompt_style") != theirs.get("prompt_style") or now.prompt != before.prompt:
         return "prompt changed"

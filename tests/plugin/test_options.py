@@ -118,6 +118,12 @@ def ini_cases(d1: Path, d2: Path) -> dict[str, IniCase]:
                         (d1, "satbench_data_root"), (d2, "--data-root")),
         "--recon": ("jpeg:quality=10", "jpeg:quality=20", arms, ("jpeg:quality=10",), ("jpeg:quality=20",)),
         "--max-new": ("100", "200", lambda s: s.max_new, 100, 200),
+        "--temperature": ("0.7", "0", lambda s: s.temperature, 0.7, 0.0),
+        "--top-p": ("0.9", "1", lambda s: s.top_p, 0.9, 1.0),
+        "--request-seed": ("7", "8", lambda s: s.request_seed, 7, 8),
+        "--system-prompt": ("Be brief.", "Be careful.", lambda s: s.system_prompt, "Be brief.", "Be careful."),
+        "--extra-body": ('{"b": 1, "a": [true]}', '{"top_k": 20}', lambda s: s.extra_body, '{"a":[true],"b":1}',
+                         '{"top_k":20}'),
         "--concurrency": ("8", "total:3", lambda s: (s.concurrency.per_server, s.concurrency.total),
                           (8, None), (None, 3)),
         "--concurrency-control": ("fixed", "adaptive", lambda s: s.concurrency.adaptive, False, True),
@@ -165,6 +171,11 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--max-tiles": ("0", "--max-tiles: must be at least 1, got 0"),
     "--recon-gpu": ("cuda:1", "--recon-gpu: pass a GPU index (e.g. 7)*"),
     "--max-new": ("x", "--max-new: expected an integer, got 'x'"),
+    "--temperature": ("hot", "--temperature: expected a number, got 'hot'"),
+    "--top-p": ("0", "--top-p: expected a number above 0 up to 1, got '0'"),
+    "--request-seed": ("-1", "--request-seed: must be at least 0, got -1"),
+    "--system-prompt": (" ", "--system-prompt: pass the system prompt's text, or @FILE*"),
+    "--extra-body": ("{enable_thinking: false}", "--extra-body: not valid JSON (*); pass an object, e.g. *"),
     "--concurrency": ("many", "--concurrency: expected auto, N (per server) or total:N, got 'many'"),
     "--concurrency-control": ("auto", "--concurrency-control: expected one of adaptive, fixed, got 'auto'"),
     "--metrics": ("on", "--metrics: expected one of auto, off, got 'on'"),
@@ -211,6 +222,33 @@ def test_every_parsed_option_has_a_bad_value_case() -> None:
 def test_a_bad_value_is_one_line_naming_the_option(pytester: pytest.Pytester, flag: str) -> None:
     value, message = BAD_VALUES[flag]
     assert_one_line_usage_error(pytester.runpytest(flag, value), message)
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--extra-body", '{"max_tokens": 5}', "--extra-body: key 'max_tokens' is the plugin's to set (use --max-new)"),
+    ("--extra-body", '{"messages": []}', "--extra-body: key 'messages' is the plugin's to set (*)"),
+    ("--extra-body", "[1, 2]", "--extra-body: expected a JSON object, got list*"),
+    ("--temperature", "nan", "--temperature: expected a number from 0 to 2, got 'nan'"),
+    ("--top-p", "1.5", "--top-p: expected a number above 0 up to 1, got '1.5'"),
+])
+def test_a_model_setting_out_of_bounds_is_one_line(pytester: pytest.Pytester, flag: str, value: str,
+                                                   message: str) -> None:
+    assert_one_line_usage_error(pytester.runpytest(flag, value), message)
+
+
+def test_the_system_prompt_reads_a_file(pytester: pytest.Pytester) -> None:
+    path = pytester.path / "system.txt"
+    path.write_text("You are a remote-sensing analyst.\nAnswer briefly.\n", encoding="utf-8")
+    # with "=": a separate "@FILE" argument is pytest's own arguments file, read before any option
+    assert settings_of(pytester, f"--system-prompt=@{path}").system_prompt == path.read_text(encoding="utf-8")
+    assert settings_of(pytester, "--system-prompt", "plain text").system_prompt == "plain text"
+    pytester.makeini(f"[pytest]\nsatbench_system_prompt = @{path}\n")
+    assert settings_of(pytester).system_prompt == path.read_text(encoding="utf-8")
+    path.write_bytes(b"\xff\xfe not utf-8")
+    assert_one_line_usage_error(pytester.runpytest(f"--system-prompt=@{path}"),
+                                f"--system-prompt: cannot read {path} (not UTF-8 text)*")
+    assert_one_line_usage_error(pytester.runpytest(f"--system-prompt=@{path}.missing"),
+                                f"--system-prompt: cannot read {path}.missing (No such file or directory)*")
 
 
 def test_margin_without_a_reconstruction_arm_is_one_line(pytester: pytest.Pytester) -> None:
