@@ -31,15 +31,17 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from pytest_satbench.server.reference_answers import answer
+from pytest_satbench.server.reference_answers import answer, sampled
 from pytest_satbench.server.wire import (
     ApiError,
     Completion,
     ModelCard,
     ReplyOptions,
     RequestError,
+    Sampling,
     model_not_found,
     parse_reply_options,
+    parse_sampling,
 )
 from pytest_satbench.server.vision import SceneReading, read_scene
 
@@ -55,6 +57,7 @@ class ParsedRequest:
     text: str  # all text parts of the last user message, joined by newlines
     image: bytes | None  # encoded bytes of the first attached image
     options: ReplyOptions = field(default_factory=ReplyOptions)
+    sampling: Sampling = field(default_factory=Sampling)  # temperature and seed
 
 
 class _ReadingCache:
@@ -97,6 +100,7 @@ def parse_chat_request(body: bytes, served_model: str | None = None) -> ParsedRe
     if not isinstance(doc, dict):
         raise RequestError("request body must be a JSON object")
     options = parse_reply_options(doc)
+    sampling = parse_sampling(doc)
     if served_model is not None and options.model is not None and options.model != served_model:
         raise model_not_found(options.model)
     messages = doc.get("messages")
@@ -128,7 +132,7 @@ def parse_chat_request(body: bytes, served_model: str | None = None) -> ParsedRe
                 )
     else:
         raise RequestError("message 'content' must be a string or a list of parts", "messages")
-    return ParsedRequest(text="\n".join(texts), image=image, options=options)
+    return ParsedRequest(text="\n".join(texts), image=image, options=options, sampling=sampling)
 
 
 def _decode_data_url(spec: Any, index: int) -> bytes:
@@ -266,7 +270,7 @@ class ReferenceHandler(BaseHTTPRequestHandler):
                 pixels = _decode_image(data)  # decoded up front: a bad image is a 400
                 size = (pixels.shape[1], pixels.shape[0])
                 scene = lambda: self.readings.get(data, lambda: read_scene(pixels))  # noqa: E731
-            content = answer(req.text, scene)
+            content = sampled(answer(req.text, scene), req.text, req.sampling.temperature, req.sampling.seed)
         except ApiError as exc:
             self._send_error(exc)
             return

@@ -13,10 +13,18 @@ when no image is attached (the "blind" control arm, i.e. the language-prior base
 
 Templates are searched anywhere in the text, so a prompt style's prefix or suffix ("Answer
 the question using a single word or phrase.") does not hide the question.
+
+Sampling (`sampled`): at temperature 0 (the default) every answer is the one above. At a
+temperature T > 0 the server stands in for a sampler: with probability min(T, 1) / 2 it gives
+another answer (yes <-> no, a count plus one, the next option letter; other answers stay).
+With a request `seed` the draw is a hash of (seed, question text), so the same seed gives the
+same answer and another seed may not, as a seeded vLLM sampler would; without one it is random.
 """
 
 from __future__ import annotations
 
+import hashlib
+import random
 import re
 from collections.abc import Callable
 
@@ -126,3 +134,29 @@ def answer(text: str, scene: Callable[[], SceneReading] | None) -> str:
     if reader is None or scene is None:
         return fallback_answer(text)
     return reader(scene())
+
+
+def sampled(content: str, text: str, temperature: float, seed: int | None) -> str:
+    """`content` as a sampler at `temperature` with `seed` would answer it (module docstring)."""
+    if not temperature > 0:
+        return content
+    if seed is None:
+        u = random.random()
+    else:
+        digest = hashlib.sha256(f"{seed}\0{text}".encode()).digest()
+        u = int.from_bytes(digest[:8], "big") / 2**64
+    if u >= min(temperature, 1.0) / 2:
+        return content
+    return _other(content)
+
+
+def _other(content: str) -> str:
+    """Another plausible answer of the same kind, or `content` itself where there is none."""
+    low = content.strip().lower()
+    if low in ("yes", "no"):
+        return "no" if low == "yes" else "yes"
+    if low.isdigit():
+        return str(int(low) + 1)
+    if len(low) == 1 and "a" <= low <= "y":
+        return chr(ord(content.strip()) + 1)
+    return content

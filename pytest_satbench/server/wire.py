@@ -121,6 +121,28 @@ def parse_reply_options(doc: dict[str, Any]) -> ReplyOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class Sampling:
+    """The request fields that decide which answer is sampled (reference_answers.sampled)."""
+
+    temperature: float = 0.0
+    seed: int | None = None
+
+
+def parse_sampling(doc: dict[str, Any]) -> Sampling:
+    """`temperature` (a number >= 0; absent or null: 0, as this server has no other default)
+    and `seed` (an integer or null); a value of another type is a 400, as on vLLM."""
+    t = doc.get("temperature")
+    if t is None:
+        t = 0.0
+    if isinstance(t, bool) or not isinstance(t, int | float) or not (t >= 0 and t < float("inf")):
+        raise RequestError(f"'temperature' must be a number >= 0 (got {t!r})", "temperature")
+    seed = doc.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise RequestError(f"'seed' must be an integer (got {seed!r})", "seed")
+    return Sampling(float(t), seed)
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int
     completion_tokens: int

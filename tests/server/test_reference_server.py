@@ -340,3 +340,25 @@ def test_count_components_is_4_connected_with_min_area() -> None:
     u = np.zeros((5, 5), dtype=bool)
     u[0:5, 0] = u[0:5, 4] = u[4, 0:5] = True  # a U: two runs in upper rows join at the bottom
     assert count_components(u, 1) == 1
+
+
+def test_sampling_answers_by_question_and_seed(server: RunningServer) -> None:
+    """At temperature 0 the answer is the fixed one; above it the server samples: the same
+    seed gives the same answer, and over seeds some answers differ (the seed arrived)."""
+    questions = [f"Is there a road number {i}?" for i in range(40)]
+
+    def ask(text: str, **fields: object) -> str:
+        body = {**_body(text, None), **fields}
+        r = requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=TIMEOUT)
+        r.raise_for_status()
+        return r.json()["choices"][0]["message"]["content"]
+
+    assert {ask(q) for q in questions} == {"yes"}
+    assert {ask(q, seed=3) for q in questions} == {"yes"}  # a seed at temperature 0 changes nothing
+    first = [ask(q, temperature=1.0, seed=3) for q in questions]
+    assert first == [ask(q, temperature=1.0, seed=3) for q in questions]
+    assert set(first) == {"yes", "no"}
+    other = [ask(q, temperature=1.0, seed=4) for q in questions]
+    assert other != first
+    r = requests.post(f"{server.url}/v1/chat/completions", json={**_body("q?", None), "seed": "x"}, timeout=TIMEOUT)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed"
