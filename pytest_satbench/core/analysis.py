@@ -54,7 +54,7 @@ class ClassRecall:
 class Confusion:
     """Counts of (ground truth, extracted answer); rows and columns name the classes."""
 
-    rows: tuple[str, ...]  # ground-truth classes, most frequent first, then (other)
+    rows: tuple[str, ...]  # ground-truth classes, most frequent first (ties by value), then (other)
     columns: tuple[str, ...]  # the same classes, then (unreadable)
     counts: tuple[tuple[int, ...], ...]
 
@@ -141,10 +141,21 @@ def _majority(items: list[QuestionResult]) -> int:
     return Counter(truth_class(it.question) for it in items).most_common(1)[0][1]
 
 
+def _natural(label: str) -> tuple[int, float, str]:
+    """A class's place among classes as frequent: numbers in numeric order, then text."""
+    try:
+        return (0, float(label), label)
+    except ValueError:
+        return (1, 0.0, label)
+
+
 def _type_answers(qtype: str, items: list[QuestionResult], arms: list[str], top: int) -> TypeAnswers:
     truths = [truth_class(it.question) for it in items]
     freq = Counter(truths)
-    shown = [c for c, _ in freq.most_common(top)]
+    # most frequent first, ties by value (numbers in numeric order): not by which came first, so the table does not depend on
+    # the order the store gives the questions in (a merged store's shards, a resumed run)
+    ranked = sorted(freq.items(), key=lambda kv: (-kv[1], _natural(kv[0])))
+    shown = [c for c, _ in ranked[:top]]
     rows = tuple(shown + ([OTHER] if len(freq) > len(shown) else []))
     columns = tuple(shown + [OTHER, UNREADABLE])
     by_arm: dict[str, ArmAnswers] = {}
@@ -153,7 +164,7 @@ def _type_answers(qtype: str, items: list[QuestionResult], arms: list[str], top:
         if not answered:
             continue
         by_arm[arm] = _arm_answers(answered, arm, rows, columns, shown)
-    majority, count = freq.most_common(1)[0]
+    majority, count = ranked[0]
     transitions = {
         arm: _transitions(items, arm, shown) for arm in arms if A.is_recon(arm)
     }
