@@ -43,6 +43,12 @@ class AnswerRow:
     # the reply's text held characters no encoder takes (lone surrogates): they were replaced
     # with U+FFFD, the rest is the model's answer (engine/wire.py)
     repaired: bool | None = None
+    # the reasoning tokens the server reported (usage.completion_tokens_details.reasoning_tokens);
+    # None when it reported none (reports then estimate them from characters, labelled so)
+    reasoning_tokens: int | None = None
+    # the reasoning itself (reasoning_content, or <think>...</think> left inline in the content),
+    # clipped like the text; never scored. Last, and read only where asked for (engine/store.py)
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

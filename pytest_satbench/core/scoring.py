@@ -189,6 +189,7 @@ __all__ = [
     "ViewRule",
     "apply_views",
     "final_answer",
+    "inline_reasoning",
     "gt_letter",
     "normalize_vqa",
     "score_vqa",
@@ -331,6 +332,29 @@ def final_answer(text: str) -> str:
     if boxed is not None:
         s = boxed
     return _NOISE.sub("", s).strip()
+
+
+def inline_reasoning(text: str | None) -> str | None:
+    """The thinking a reply left inline in its text, by the tags `final_answer` removes: the
+    contents of closed `<think>`/`<reasoning>` blocks, what comes before a stray closing tag (a
+    chat template that pre-filled the opening one) and what follows an opening tag never closed
+    (cut off while thinking), joined by blank lines; "" when the tags are there but empty (a
+    model asked not to think), None when there are none. Kept beside the answer, never scored:
+    `final_answer` decides what is scored, and this changes nothing in it."""
+    if not text or "<" not in text:
+        return None
+    parts = [m.group(0)[m.group(0).index(">") + 1: m.group(0).rindex("<")] for m in _CLOSED_BLOCK.finditer(text)]
+    rest = _CLOSED_BLOCK.sub(" ", text)
+    stray = _STRAY_CLOSE.search(rest)
+    if stray is not None:
+        parts.insert(0, rest[: stray.group(0).rindex("<")])
+    else:
+        unclosed = _UNCLOSED_OPEN.search(rest)
+        if unclosed is not None:
+            parts.append(unclosed.group(0)[unclosed.group(0).index(">") + 1:])
+        elif not parts:
+            return None
+    return "\n\n".join(p.strip() for p in parts if p.strip())
 
 
 def _last_box(s: str) -> str | None:

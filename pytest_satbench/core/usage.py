@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from pytest_satbench.core.reasoning import ReasoningStats, ReasoningTally
 from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
 from pytest_satbench.core.redact import redact_url
 
@@ -61,6 +62,8 @@ class Usage:
     # answers this run did not record, of questions or arms it did not select (a report of several
     # runs of a tag, `Coverage`): its tag's earlier runs recorded them
     earlier: int = 0
+    # per arm whose answers carried reasoning: its length in tokens, truncations (core/reasoning.py)
+    reasoning: dict[str, ReasoningStats] = field(default_factory=dict)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -131,6 +134,7 @@ class UsageTally:
         self.tokens: dict[str, list[int]] = {}  # arm -> [sum, count]
         self.asked = 0
         self.earlier = 0  # answers the run did not record (its tag's earlier runs recorded them)
+        self.reasoning = ReasoningTally()
 
     def add(self, rows: Mapping[str, AnswerRow], own: Container[str] | None = None) -> None:
         """One question's rows by arm; `own`: the arms the run recorded for it (None: all)."""
@@ -154,6 +158,7 @@ class UsageTally:
                 self.asked += 1
             elif own is not None and arm not in own:
                 self.earlier += 1
+        self.reasoning.add(rows)
 
     def _total(self) -> _ServerTally:
         """Every server's answers together (the sums are exact, the latencies sorted anyway)."""
@@ -199,4 +204,5 @@ class UsageTally:
             reused=total.answers - self.asked - self.earlier,
             limits=tuple(limits),
             earlier=self.earlier,
+            reasoning=self.reasoning.stats(),
         )

@@ -379,6 +379,7 @@ class QuestionRunner:
             cost=answer.cost, model=answer.model, server=answer.server, attempts=answer.attempts,
             image_sha256=image_sha256, image_tokens=image_tokens, run_id=self.run_id, clipped=answer.clipped,
             reasoning_chars=answer.reasoning_chars, repaired=answer.repaired or None,
+            reasoning_tokens=answer.reasoning_tokens, reasoning=answer.reasoning,
         )
 
     def _error_row(self, job: Job, arm: str, fp: str, error: str) -> AnswerRow:

@@ -110,6 +110,8 @@ class Answer:
     attempts: int
     clipped: bool = False  # the text was longer than max_text_chars and is its first max_text_chars
     reasoning_chars: int | None = None  # what the model spent thinking (reasoning_content), in characters
+    reasoning: str | None = None  # the thinking itself (engine/wire.py), clipped to max_text_chars
+    reasoning_tokens: int | None = None  # the reasoning tokens the server reported
     usage_dropped: int = 0  # usage values the gate dropped (not finite non-negative numbers)
     repaired: bool = False  # the text held lone surrogates, replaced with U+FFFD (engine/wire.py)
 
@@ -519,6 +521,8 @@ class ServerPool:
             attempts=attempt,
             clipped=clipped,
             reasoning_chars=got.reasoning_chars,
+            reasoning=got.reasoning[: self.max_text_chars] if got.reasoning is not None else None,
+            reasoning_tokens=got.reasoning_tokens,
             usage_dropped=got.usage_dropped,
             repaired=got.repaired,
         )

@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS answers (
     clipped INTEGER,
     reasoning_chars INTEGER,
     repaired INTEGER,
+    reasoning_tokens INTEGER,
+    reasoning TEXT,
     PRIMARY KEY (nodeid, arm, fingerprint)
 );
 CREATE TABLE IF NOT EXISTS runs (
@@ -134,6 +136,11 @@ CREATE TABLE IF NOT EXISTS distortion (
 
 
 _COLUMNS = [f.name for f in fields(AnswerRow)]
+# What every read selects: all but the reasoning text (AnswerRow's last field, None when not
+# read), which only `rows(reasoning=True)` and the JSON-lines export read: a reasoning model's
+# thinking can be many times its answers, and no figure is computed from it.
+_READ = [c for c in _COLUMNS if c != "reasoning"]
+assert _COLUMNS[-1] == "reasoning" and _READ == _COLUMNS[:-1]
 _UPSERT = (
     f"INSERT INTO answers ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
     "ON CONFLICT(nodeid, arm, fingerprint) DO UPDATE SET "
@@ -143,7 +150,7 @@ _UPSERT = (
 )
 
 
-_ITEM_ANSWERS = f"SELECT {', '.join(_COLUMNS)} FROM answers WHERE nodeid=? AND status='ok'"
+_ITEM_ANSWERS = f"SELECT {', '.join(_READ)} FROM answers WHERE nodeid=? AND status='ok'"
 
 
 class StoreError(Exception):
@@ -242,9 +249,10 @@ class ResultStore:
             conn = self._conn()
             conn.executescript(SCHEMA)
             # stores written before answers recorded the run that asked them, clipping or reasoning
+            # (its length, then its tokens and text)
             have = {r[1] for r in conn.execute("PRAGMA table_info(answers)")}
             for column, kind in (("run_id", "TEXT"), ("clipped", "INTEGER"), ("reasoning_chars", "INTEGER"),
-                                 ("repaired", "INTEGER")):
+                                 ("repaired", "INTEGER"), ("reasoning_tokens", "INTEGER"), ("reasoning", "TEXT")):
                 if column not in have:
                     conn.execute(f"ALTER TABLE answers ADD COLUMN {column} {kind}")
             # stores written before images were sampled: their rows match no sample, so each
@@ -438,7 +446,7 @@ class ResultStore:
     def get(self, nodeid: str, arm: str, fingerprint: str) -> AnswerRow | None:
         """The stored answer, or None when there is none (an error row is not an answer)."""
         cur = self._conn().execute(
-            f"SELECT {', '.join(_COLUMNS)} FROM answers "
+            f"SELECT {', '.join(_READ)} FROM answers "
             "WHERE nodeid=? AND arm=? AND fingerprint=? AND status='ok'",
             (nodeid, arm, fingerprint),
         )
@@ -458,9 +466,10 @@ class ResultStore:
                 found[got[1]] = _row(got)
         return {arm: found[arm] for arm, _ in keys if arm in found}
 
-    def rows(self, benchmark: str | None = None) -> Iterator[AnswerRow]:
+    def rows(self, benchmark: str | None = None, *, reasoning: bool = False) -> Iterator[AnswerRow]:
+        """Every stored row; `reasoning`: with the reasoning text (otherwise None)."""
         self.flush()  # this process's queued writes first
-        sql = f"SELECT {', '.join(_COLUMNS)} FROM answers"
+        sql = f"SELECT {', '.join(_COLUMNS if reasoning else _READ)} FROM answers"
         args: tuple[str, ...] = ()
         if benchmark:
             sql += " WHERE benchmark=?"
@@ -481,7 +490,7 @@ class ResultStore:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         n = 0
         with open(tmp, "w", encoding="utf-8") as fh:
-            for row in self.rows(benchmark):
+            for row in self.rows(benchmark, reasoning=True):
                 fh.write(json.dumps(asdict(row), ensure_ascii=False) + "\n")
                 n += 1
         os.replace(tmp, path)
@@ -589,7 +598,7 @@ class ResultStore:
         where = "r.run_id=?" + (" AND r.benchmark=?" if benchmark else "")
         args: tuple[str, ...] = (run_id, benchmark) if benchmark else (run_id,)
         sql = (
-            f"SELECT r.rowid, r.nodeid, r.benchmark, r.question, r.fingerprints, {', '.join('a.' + c for c in _COLUMNS)} "
+            f"SELECT r.rowid, r.nodeid, r.benchmark, r.question, r.fingerprints, {', '.join('a.' + c for c in _READ)} "
             "FROM run_items r LEFT JOIN json_each(r.fingerprints) j "
             "LEFT JOIN answers a ON a.nodeid = r.nodeid AND a.arm = j.key AND a.fingerprint = j.value "
             f"WHERE {where} ORDER BY r.rowid"
@@ -635,7 +644,7 @@ class ResultStore:
             "firsts AS (SELECT nodeid, MIN(rid) AS first FROM recs GROUP BY nodeid), "
             "arms AS (SELECT recs.nodeid AS nodeid, j.key AS arm, j.value AS fp, MIN(recs.rank) AS rank "
             "FROM recs, json_each(recs.fps) j GROUP BY recs.nodeid, j.key) "
-            f"SELECT f.first, h.nodeid, h.question, h.fps, h.best, arms.rank, {', '.join('a.' + c for c in _COLUMNS)} "
+            f"SELECT f.first, h.nodeid, h.question, h.fps, h.best, arms.rank, {', '.join('a.' + c for c in _READ)} "
             "FROM firsts f JOIN heads h ON h.nodeid = f.nodeid LEFT JOIN arms ON arms.nodeid = f.nodeid "
             "LEFT JOIN answers a ON a.nodeid = arms.nodeid AND a.arm = arms.arm AND a.fingerprint = arms.fp "
             "ORDER BY f.first, arms.rank"
@@ -679,7 +688,7 @@ class ResultStore:
         """Every stored row (answers and errors) of one question key, any node id, arm and
         fingerprint, oldest first. Read-only."""
         self.flush()
-        sql = f"SELECT {', '.join(_COLUMNS)} FROM answers WHERE question_key=?"
+        sql = f"SELECT {', '.join(_READ)} FROM answers WHERE question_key=?"
         args: tuple[str, ...] = (key,)
         if benchmark:
             sql += " AND benchmark=?"

@@ -22,7 +22,11 @@ is an answer whatever it holds: a reasoning model that spent the whole `--max-ne
 answered with the text it has, "", which is scored as any other text (unparseable, so wrong)
 and flagged truncated; asking again at temperature 0 would only think the same way again.
 Only a reply that says nothing and did not stop for length is a fault. The reasoning itself
-is never scored: only its length is kept (`reasoning_chars`).
+is never scored: it is kept beside the answer (`reasoning`, with its length `reasoning_chars`
+and the reasoning tokens the server reported, `usage.completion_tokens_details.reasoning_tokens`),
+from `reasoning_content`/`reasoning` or, when a server leaves the thinking inline in the
+content, from its `<think>...</think>` blocks (`core.scoring.inline_reasoning`; the content is
+kept whole and scored as is: `final_answer` drops the thinking).
 
 Usage figures are accounting, not the answer: a token count that is not a finite
 non-negative integer (or a cost that is not a finite non-negative number) is dropped and
@@ -39,6 +43,7 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_satbench.core.scoring import inline_reasoning
 from pytest_satbench.engine.failures import PROXY_AUTH_ADVICE, AttemptFailed, one_line
 from pytest_satbench.engine.transport import Response
 
@@ -64,7 +69,9 @@ class Completion:
     prompt_tokens: int | None
     completion_tokens: int | None
     cost: float | None  # usage.cost, when the server reports it (OpenRouter)
-    reasoning_chars: int | None  # length of reasoning_content/reasoning; None when absent
+    reasoning_chars: int | None  # length of `reasoning`; None when absent
+    reasoning: str | None = None  # reasoning_content/reasoning, then any thinking left inline
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
     usage_dropped: int = 0  # usage values dropped: not finite non-negative numbers
     repaired: bool = False  # lone surrogates in the text were replaced with U+FFFD
 
@@ -196,6 +203,11 @@ def _read_completion(r: Response, model: str, aliases: frozenset[str], proxied: 
             advice=f"check --servers; if {shown!r} is another name of the same model, pass "
                    "--allow-model-alias with it")
     reasoning = next((message[k] for k in _REASONING_KEYS if isinstance(message.get(k), str)), None)
+    inline = inline_reasoning(content)
+    if inline is not None:
+        reasoning = inline if reasoning is None else f"{reasoning}\n\n{inline}"
+    if reasoning is not None and not _is_text(reasoning):
+        reasoning = _repaired(reasoning)  # never scored: repaired without a flag
     usage = doc.get("usage")
     dropped = 0
     if usage is not None and not isinstance(usage, dict):
@@ -204,11 +216,14 @@ def _read_completion(r: Response, model: str, aliases: frozenset[str], proxied: 
     prompt_tokens, bad_p = _count(usage.get("prompt_tokens"))
     completion_tokens, bad_c = _count(usage.get("completion_tokens"))
     cost, bad_cost = _amount(usage.get("cost"))
+    details = usage.get("completion_tokens_details")
+    reasoning_tokens, bad_r = _count(details.get("reasoning_tokens")) if isinstance(details, dict) else (None, 0)
     return Completion(
         text=content, finish_reason=finish, model=returned or None,
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost=cost,
         reasoning_chars=len(reasoning) if reasoning is not None else None,
-        usage_dropped=dropped + bad_p + bad_c + bad_cost, repaired=repaired,
+        reasoning=reasoning, reasoning_tokens=reasoning_tokens,
+        usage_dropped=dropped + bad_p + bad_c + bad_cost + bad_r, repaired=repaired,
     )
 
 

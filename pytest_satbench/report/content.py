@@ -148,6 +148,7 @@ def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Ma
     doc.add(*_answers(data, answers, labels))
     doc.add(*_noise_floor(data))
     doc.add(*_usage(data, labels))
+    doc.add(*_reasoning(data, labels))
     doc.add(*_regressed(gallery, gallery_total, labels))
     doc.add(Heading(2, rich("Terminal summary")), Preformatted(tuple(render_stats(st))))
     doc.add(Paragraph(rich(
@@ -465,6 +466,39 @@ def _usage(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
             "Mean image tokens per image: ",
             _list([(Code(labels.get(a, a)), f": {F.number(t, 'g')}") for a, t in toks.items()]), ".")))
     return out
+
+
+def _reasoning(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
+    """Per arm whose answers carried reasoning: its length in tokens and the replies cut off
+    while thinking (core/reasoning.py); nothing for a model that never reasons."""
+    got = data.usage.reasoning
+    if not got:
+        return []
+    estimated = any(s.estimated for s in got.values())
+    rows = tuple(tuple(cell(x) for x in (
+        labels.get(arm, arm), str(s.answers), str(s.with_reasoning),
+        F.number(s.tokens_mean, ",.0f") if s.tokens_mean is not None else F.MISSING,
+        F.number(s.tokens_median, ",.0f") if s.tokens_median is not None else F.MISSING,
+        f"{s.reported}/{s.with_reasoning}", F.number(s.chars_mean, ",.0f") if s.chars_mean is not None else F.MISSING,
+        str(s.truncated), str(s.truncated_thinking),
+    )) for arm, s in got.items())
+    columns = (_text("arm"), _num("answers"), _num("with reasoning"),
+               _num("mean reasoning tokens" + (" (some estimated)" if estimated else "")), _num("median"),
+               _num("tokens reported by the server"), _num("mean reasoning characters"), _num("truncated"),
+               _num("cut off while thinking"))
+    return [
+        Heading(2, rich("Reasoning")),
+        Table(columns, rows),
+        Paragraph(rich(
+            "The model's thinking (", Code("reasoning_content"), ", or ", Code("<think>"),
+            " left inline) is stored beside each answer and never scored. Reasoning tokens are the server's ",
+            Code("usage.completion_tokens_details.reasoning_tokens"), " where it reported them; otherwise an "
+            "estimate: the reply's completion tokens times the reasoning's share of its characters"
+            + (" (the column says so when any answer's count is estimated)" if estimated else "") + ". Mean and "
+            "median are over the answers with reasoning. Truncated: answers that stopped for length (--max-new); cut "
+            "off while thinking: of those, the ones with no final answer. They are answers, scored on what they "
+            "contain (usually wrong), never asked again.")),
+    ]
 
 
 def _class(c: str) -> str:
