@@ -81,6 +81,7 @@ def merge_stores(sources: Iterable[Path], target: Path) -> MergeResult:
     # per source, what is wrong with it, in the order given; the others are still checked:
     # every bad input is said at once
     bad = {s: line for s in srcs if (line := _source_problem(s, target)) is not None}
+    created = not target.exists()
     ResultStore(target).close()  # the current schema and the migrations of older stores
     dst = _connect(target)
     result = MergeResult(target)
@@ -106,6 +107,9 @@ def merge_stores(sources: Iterable[Path], target: Path) -> MergeResult:
             except _RowRefused as exc:
                 bad[src_path] = (f"{src_path}: a row of its {exc.table} table does not fit the target's "
                                  f"({exc.why}); was it written by another program?")
+            except sqlite3.OperationalError as exc:  # SQLite could not read it (its -wal/-shm, locks)
+                bad[src_path] = (f"{src_path}: cannot be read ({exc}); check that it and its folder are readable "
+                                 "(SQLite reads its -wal and -shm files too)")
             except sqlite3.DatabaseError as exc:
                 bad[src_path] = f"{src_path}: not a satbench results store ({exc}); pass the store a run wrote (--store)"
             finally:
@@ -116,9 +120,12 @@ def merge_stores(sources: Iterable[Path], target: Path) -> MergeResult:
     except BaseException:
         if dst.in_transaction:
             dst.execute("ROLLBACK")
-        raise
-    finally:
         dst.close()
+        if created:  # nothing merged: no empty store left behind either
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{target}{suffix}").unlink(missing_ok=True)
+        raise
+    dst.close()
     return result
 
 
