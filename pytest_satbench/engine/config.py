@@ -47,6 +47,8 @@ class RuntimeConfig:
     # requests in flight from this process: caps, and adaptive limits under them
     concurrency: ConcurrencySpec = field(default_factory=ConcurrencySpec)
     cache_images: int = 256
+    # and at most this many MB of them (JPEG and base64 of every arm; engine/images.py)
+    cache_mb: int = 64
     lpips_weights: Path | None = None  # --lpips-weights: LPIPS measured with these (engine/lpips.py)
     request_timeout: float = 600.0
     retries: int = 4

@@ -78,6 +78,7 @@ class ImagePipeline:
         *,
         store: ResultStore | None = None,
         cache_images: int = config_default("cache_images"),
+        cache_mb: int = config_default("cache_mb"),
         workers: int = 2,
         disk_cache: object | None = None,
         lpips: object | None = None,
@@ -90,9 +91,17 @@ class ImagePipeline:
         self.arms: list[str] = [ORIG] + [a.canonical for c in codecs for a in c.arms]
         self._codec_of = {a.canonical: c for c in codecs for a in c.arms}
         self.store = store
+        # Bounded by a count and by bytes: at RSVQA-HR's 512x512 an image's two arms weigh
+        # about 0.5-1.5 MB as JPEG plus base64, so 256 images could hold 400 MB. What must
+        # stay is what the look-ahead window still asks about (items of one image are
+        # consecutive: window / questions per image images, a few dozen; engine/lookahead.py):
+        # an image evicted while its questions are still ahead is prepared again.
         self.capacity = max(1, cache_images)
+        self.max_bytes = max(0, int(cache_mb * 2**20))
+        self.cached_bytes = 0  # of the prepared images the cache holds
         self.disk_cache = disk_cache
         self._cache: OrderedDict[str, Future[PreparedImage]] = OrderedDict()
+        self._sizes: dict[str, int] = {}  # bytes of each prepared image in the cache
         self._lock = threading.Lock()
         self._info: dict[str, ImageInfo] = {}
         self._info_lock = threading.Lock()
@@ -165,22 +174,35 @@ class ImagePipeline:
 
     def _evict(self) -> None:
         # Never evict an image still being prepared: a second caller would start a second
-        # reconstruction of it, which is exactly what single-flight exists to prevent.
+        # reconstruction of it, which is exactly what single-flight exists to prevent. The
+        # newest image is kept whatever it weighs.
         excess = len(self._cache) - self.capacity
-        if excess <= 0:
+        if excess <= 0 and self.cached_bytes <= self.max_bytes:
             return
-        for key in list(self._cache):
-            if excess <= 0:
+        for key in list(self._cache)[:-1]:
+            if excess <= 0 and self.cached_bytes <= self.max_bytes:
                 break
             if self._cache[key].done():
                 del self._cache[key]
+                self.cached_bytes -= self._sizes.pop(key, 0)
                 excess -= 1
+
+    def _account(self, key: str, prepared: PreparedImage) -> None:
+        """Count a prepared image's bytes (JPEG and base64 of every arm) while it is cached."""
+        size = sum(len(a.jpeg) + len(a.b64) for a in prepared.arms.values())
+        with self._lock:
+            if key in self._cache and key not in self._sizes:
+                self._sizes[key] = size
+                self.cached_bytes += size
+                self._evict()
 
     def _fill(self, fut: Future[PreparedImage], ref: ImageRef) -> None:
         if not fut.set_running_or_notify_cancel():
             return
         try:
-            fut.set_result(self.prepare(ref))
+            prepared = self.prepare(ref)
+            self._account(ref.cache_key, prepared)
+            fut.set_result(prepared)
         except ImageError as exc:
             fut.set_exception(exc)
         except Exception as exc:  # a codec failure fails this image's items, not the run

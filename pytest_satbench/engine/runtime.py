@@ -103,7 +103,7 @@ class Runtime:
         except Exception as exc:  # a bad checkpoint: one line naming the file
             raise StartError(str(exc)) from None
         self.images = ImagePipeline(
-            codecs, store=self.store, cache_images=cfg.cache_images, disk_cache=self._disk_cache(),
+            codecs, store=self.store, cache_images=cfg.cache_images, cache_mb=cfg.cache_mb, disk_cache=self._disk_cache(),
             lpips=self._lpips(), say=cfg.on_servers_notice,  # (the plugin's line to the terminal mid-run)
         )
         stack.callback(self.images.close)

@@ -483,6 +483,9 @@ OPTIONS: tuple[Option, ...] = (
            config="lpips_weights", default_doc="not computed (PSNR, SSIM and MS-SSIM are)"),
     Option("--cache-images", "prepared images kept in memory", parse=integer(),
            ini="satbench_cache_images", metavar="N", config="cache_images"),
+    Option("--cache-mb", "MB of prepared images kept in memory (at 512x512 about 1 MB an image with two arms; "
+           "the look-ahead needs a few dozen)", parse=integer(), ini="satbench_cache_mb", metavar="MB",
+           config="cache_mb"),
     Option("--request-timeout", "deadline of one request attempt, whole (connect, send, receive), in seconds",
            parse=seconds(), ini="satbench_request_timeout", metavar="S", config="request_timeout"),
     Option("--retries", "retries of a transient failure: connection, timeout, 429, 5xx, a 200 without an answer, "
@@ -592,6 +595,7 @@ class Settings:
     extra_body: str | None = _D["extra_body"]
     concurrency: ConcurrencySpec = _D["concurrency"]
     cache_images: int = _D["cache_images"]
+    cache_mb: int = _D["cache_mb"]
     lpips_weights: Path | None = _D["lpips_weights"]
     request_timeout: float = _D["request_timeout"]
     retries: int = _D["retries"]

@@ -52,6 +52,7 @@ def test_the_option_table_writes_no_engine_default() -> None:
     (ServerPool.__init__, "max_reply_bytes", "max_reply_bytes"),
     (ServerPool.__init__, "max_text_chars", "max_answer_chars"),
     (ImagePipeline.__init__, "cache_images", "cache_images"),
+    (ImagePipeline.__init__, "cache_mb", "cache_mb"),
     (Connections.__init__, "max_body", "max_reply_bytes"),
 ])
 def test_engine_constructors_take_their_defaults_from_the_config(function: object, parameter: str, field: str) -> None:

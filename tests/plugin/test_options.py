@@ -129,6 +129,7 @@ def ini_cases(d1: Path, d2: Path) -> dict[str, IniCase]:
         "--concurrency-control": ("fixed", "adaptive", lambda s: s.concurrency.adaptive, False, True),
         "--metrics": ("off", "auto", lambda s: s.concurrency.metrics, False, True),
         "--cache-images": ("10", "20", lambda s: s.cache_images, 10, 20),
+        "--cache-mb": ("32", "128", lambda s: s.cache_mb, 32, 128),
         # an existing file (what it holds is checked when the run starts)
         "--lpips-weights": (str(_touch(d1 / "w.pth")), str(_touch(d2 / "w.pth")), lambda s: s.lpips_weights,
                             (d1 / "w.pth").resolve(), (d2 / "w.pth").resolve()),
@@ -180,6 +181,7 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--concurrency-control": ("auto", "--concurrency-control: expected one of adaptive, fixed, got 'auto'"),
     "--metrics": ("on", "--metrics: expected one of auto, off, got 'on'"),
     "--cache-images": ("0", "--cache-images: must be at least 1, got 0"),
+    "--cache-mb": ("0", "--cache-mb: must be at least 1, got 0"),
     "--lpips-weights": ("/nonexistent/alex.pth", "--lpips-weights: /nonexistent/alex.pth is not a file; pass the *"),
     "--request-timeout": ("soon", "--request-timeout: expected a number of seconds, got 'soon'"),
     "--retries": ("-1", "--retries: must be at least 0, got -1"),
