@@ -20,7 +20,9 @@ _NO_INTERVAL = "[   -    ]"  # as wide as a typical interval, so the columns sta
 
 def render(result: BenchmarkResult, width: int = 80) -> list[str]:
     """Every line the terminal shows for one benchmark."""
-    lines = F.prose(result.labels.table, width) + render_stats(result.stats, width)
+    shard = shard_line(result)
+    lines = F.prose(shard, width) if shard else []
+    lines += F.prose(result.labels.table, width) + render_stats(result.stats, width)
     lines += render_figures(result, width)
     lines += render_views(result, width)
     if result.notes:
@@ -65,6 +67,20 @@ def not_run_line(result: BenchmarkResult) -> str:
                 f"{result.questions} questions is in the figures")
     return (f"{head}: {reached}{result.not_run} of the {result.questions} questions of tag {result.tag} never ran "
             "and are in no figure here; rerun the same command (or pytest --lf) to ask them")
+
+
+def shard_line(result: BenchmarkResult) -> str | None:
+    """What a `--shard I/N` run says of its part (terminal and reports); None: not a shard.
+    Counts before -k: with -k (or --lf, --deselect) it adds how many the run selected."""
+    shard = result.protocol.get("shard") or {}
+    counts = (shard.get("benchmarks") or {}).get(result.benchmark)
+    if not counts:
+        return None
+    line = (f"shard {shard['index']}/{shard['count']}: {counts['shard_questions']:,} of {counts['questions']:,} "
+            "questions")
+    if counts.get("planned", counts["shard_questions"]) != counts["shard_questions"]:
+        line += f" (this run selected {counts['planned']:,} of them)"
+    return line
 
 
 def subset_line(result: BenchmarkResult) -> str:

@@ -1,10 +1,11 @@
-"""Which questions run, and in what order: `--limit`, image order, the noise-floor sample."""
+"""Which questions run, and in what order: `--limit`, `--shard`, image order, the noise-floor sample."""
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 from pytest_satbench.core.question import Question
 
@@ -131,3 +132,54 @@ def random_image_order(questions: Iterable[Question], seed: int) -> list[Questio
 def image_rank(seed: int, benchmark: str, image_id: str) -> str:
     """An image's place in `--order random` (see `random_image_order`)."""
     return hashlib.sha256(f"order:{seed}:{benchmark}:{image_id}".encode()).hexdigest()
+
+
+# protocol.json's "shard.scheme": a merge of shards must find the same split in all of them
+SHARD_SCHEME = "image groups, largest first to the lightest shard (1)"
+
+
+def split_images(sizes: Mapping[str, int], count: int, benchmark: str) -> dict[str, int]:
+    """`--shard`: each image group's shard (0-based), from the groups' question counts alone.
+
+    Greedy largest-group-first (LPT, Graham 1969, "Bounds on multiprocessing timing
+    anomalies"): the groups by decreasing size, equal sizes by `shard_rank` (a digest of the
+    benchmark and the image id: not file order, not Python's hash seed), each to the shard
+    with the fewest questions so far (ties: the lowest shard number).
+
+    Bound: every shard's question count exceeds the smallest shard's by at most the size of
+    the smallest image group in it (so by at most the largest image group of the
+    benchmark). When shard s received its last group g it was the lightest shard, and the
+    other shards only grew after: load(s) = load_then(s) + |g| <= min_final + |g|; groups come
+    largest first, so g is the smallest group in s. `tests/datasets/test_shard_split.py` checks it.
+
+    The split reads nothing but `sizes`: which shard an image is in does not depend on the
+    order the questions came in, on `-n`, or on `-k` (the caller splits the benchmark's
+    question list before pytest applies `-k`)."""
+    if count < 1:
+        raise ValueError(f"--shard: {count} shards")
+    order = sorted(sizes, key=lambda image: (-sizes[image], shard_rank(benchmark, image)))
+    loads = [(0, s) for s in range(count)]  # (questions so far, shard): a heap, lightest first
+    out: dict[str, int] = {}
+    for image in order:
+        load, s = heapq.heappop(loads)
+        out[image] = s
+        heapq.heappush(loads, (load + sizes[image], s))
+    return out
+
+
+def shard_rank(benchmark: str, image_id: str) -> str:
+    """The order of equal-sized image groups in `split_images`."""
+    return hashlib.sha256(f"shard:{benchmark}:{image_id}".encode()).hexdigest()
+
+
+def take_shard(questions: Sequence[Question], index: int, count: int) -> list[Question]:
+    """The questions of shard `index` (1-based) of `count`, in their own order: every question
+    about an image in the same shard (`split_images`). `questions` are one benchmark's."""
+    if not 1 <= index <= count:
+        raise ValueError(f"--shard {index}/{count}: the shard number must be from 1 to {count}")
+    sizes: dict[str, int] = defaultdict(int)
+    for q in questions:
+        sizes[q.image.id] += 1
+    bench = questions[0].benchmark if questions else ""
+    where = split_images(sizes, count, bench)
+    return [q for q in questions if where[q.image.id] == index - 1]

@@ -76,6 +76,9 @@ class RuntimeConfig:
     # --precision / --margin, per benchmark: the rule, the lag and the images in the order
     # asked with their question counts (a report rebuilds the sequences from them)
     sequential: Mapping[str, Any] = field(default_factory=dict)
+    # --shard I/N: {"index", "count", "scheme", "benchmarks": {name: {"questions", "images",
+    # "shard_questions", "shard_images", "planned"}}} (plugin/run.py); None: the whole benchmark
+    shard: Mapping[str, Any] | None = None
 
     @property
     def arm_names(self) -> list[str]:
@@ -110,6 +113,7 @@ class RuntimeConfig:
             "judge": {"server": self.judge_url, "model": judge_model} if self.judge_url else None,
             "order": dict(self.order),
             **({"sequential": {k: dict(v) for k, v in self.sequential.items()}} if self.sequential else {}),
+            **({"shard": dict(self.shard)} if self.shard else {}),
         })
 
 

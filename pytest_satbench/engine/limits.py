@@ -1,5 +1,8 @@
 """How many requests each server gets in flight: one limiter per server.
 
+(Over 500 lines: the two steering rules share one window and one history; split, each half
+would need the other's state.)
+
 vLLM batches continuously: a server's throughput grows with the requests it holds, up to its
 `max_num_seqs` and its KV-cache room, and past that point extra requests only wait in its
 queue. The right number differs per server and per model and changes during a run, so the
@@ -13,10 +16,51 @@ Two strategies behind one small protocol (`Limiter`), as pytest-xdist keeps its 
   Prometheus metrics it steers by them: the batch is full when requests wait, so it raises
   the limit while nothing waits and trims it to keep a short queue (a few requests, never a
   long one); preemptions and a KV cache at its end back it off. Without metrics it steers by
-  what the client sees: it raises the limit while the completion rate rises with it (the
-  rate's elasticity to the limit stays above `ELASTIC`), and goes back when a raise only
-  adds latency. 429, 503, 504 and timeouts back it off at once (at most once per latency,
-  since a burst of refusals is one event).
+  what the client sees (below). 429, 503, 504 and timeouts back it off at once (at most once
+  per latency, since a burst of refusals is one event).
+
+Without metrics: a latency gradient checked by throughput. Two server shapes must be told
+apart by latency and completion rate alone. A continuous-batching server's latency grows with
+its batch while its rate grows too, up to max_num_seqs; a server whose capacity does not grow
+with concurrency (CPU-bound, a fixed-rate gateway or hosted endpoint) runs `k` requests at
+once, and every request past `k` only waits, so latency grows with the limit and the rate
+does not. The limit must end near the knee (the fewest in flight that reach the server's
+rate), not at any count that is merely not slower: a queue held at the server hides its
+failures, inflates latency and costs client threads and memory.
+
+- Every judgement is of a settled window: it starts one latency after the change (requests
+  sent right after a raise queue behind the old limit's, and a window that mixes them
+  overrates the raise; that is how slow start used to overshoot past the knee).
+- Slow start doubles while the rate's elasticity to the limit (d log rate / d log limit) is
+  at least `ELASTIC`; by Little's law that is the gradient of latency against the limit
+  staying below 1 - ELASTIC. A raise that does not pay ends it, and the search from above
+  begins at once.
+- The gradient, as TCP Vegas (Brakmo and Peterson, "TCP Vegas: end to end congestion
+  avoidance on a global internet", IEEE JSAC 1995) and Netflix concurrency-limits' Gradient2
+  (`Gradient2Limit`: short-window latency against a long-window one) compare latency: each
+  judged window's mean latency is held against the least of the last `BASE_MEMORY_S` (the
+  unloaded latency, kept as a windowed minimum as BBR keeps min_rtt). Latency `INFLATED`
+  times that least, or no window at half the limit or fewer in that time (past the knee of
+  a fixed-rate server every request waits alike, so the unloaded latency is unknown until
+  fewer run: BBR's ProbeRTT drains its queue for the same reason), means requests may be
+  queueing. Unlike Vegas and Gradient2, which would then shrink the limit by the latency
+  ratio alone and so starve a batching server (its latency at a full batch is 2-3x its
+  unloaded one), the limit is only moved by the search below, which throughput checks.
+- The search from above, while requests may be queueing: halve the limit; a cut is kept
+  unless the rate falls by more than `KNEE_LOSS` from the median rate of the last
+  `BASE_MEMORY_S` at the limit cut from or above (so cuts cannot each lose a little, step
+  after step); a cut that costs is judged once more (the machine's other work comes and
+  goes) and then bounds the search from below, and the next cut is to the geometric middle
+  of the bounds, until they are within 25%. The knee of a fixed-rate server is so found in a
+  handful of windows instead of the 0.8x steps (and their noisy verdicts) of steady state.
+- Otherwise steady state probes as before: now and then 0.8x or 1.25x + 1, a change kept
+  when the elasticity says so, and while latency is inflated a raise must show twice the
+  elasticity. Probes back off (5 s doubling to `max_probe_interval_s`) when they fail.
+
+Measured on a simulated clock (tests/limit_sim.py, tests/engine/test_limits_flat.py): a
+4-worker fixed-rate server from the default start of 32 in flight ends at 4 (13 before), at
+its full rate and unloaded latency; the continuous-batching servers of performance/fleet.py
+are still filled (docs/performance.md, "Short queues without metrics").
 
 Everything is driven by the pool: `in_flight_changed` and `completed` on the request path
 (cheap, under the pool's lock), `tick` from one control thread a few times a second. Limits
@@ -36,6 +80,13 @@ __all__ = ["ELASTIC", "AdaptiveLimit", "EngineMetrics", "FixedLimit", "LimitPoin
 # (d log rate / d log limit). Below the knee of a continuous-batching server it is
 # base / (base + per_seq * running), typically 0.4-1; past the knee it is 0.
 ELASTIC = 0.2
+# Latency this many times the least of the last BASE_MEMORY_S is a queue that must pay for
+# itself (see "Without metrics" in the module docstring).
+INFLATED = 1.5
+# While latency is inflated, a cut is kept unless it loses more than this share of the rate.
+KNEE_LOSS = 0.07
+# How long a window's latency counts as the server's least (its unloaded latency).
+BASE_MEMORY_S = 60.0
 # How long a batch size counts as what the server "recently ran" (see _by_metrics).
 PEAK_MEMORY_S = 30.0
 # Kept short: a point per change at most, thinned when it grows past this.
@@ -210,9 +261,15 @@ class AdaptiveLimit:
         self._slow_start = True  # doubling until the first raise that does not pay
         self._probe_up = False  # the direction of the next steady-state probe
         self._judged_twice = False  # the raise on trial in slow start failed once already
-        # a raise on trial: (the limit before it, the rate measured there)
-        self._trial: tuple[float, float] | None = None
+        # a change on trial: (the limit before it, the rate measured there, whether it is a
+        # cut of the search for the knee from above while latency is inflated)
+        self._trial: tuple[float, float, bool] | None = None
+        # the last limit found to lose throughput by the search from above, and when
+        self._knee_below: tuple[float, float] | None = None
         self._last_rate: float | None = None  # at the current limit, once measured
+        # judged windows of the last BASE_MEMORY_S: (time, limit, mean latency, rate)
+        self._base: deque[tuple[float, float, float, float]] = deque()
+        self._inflated = False  # the last window's latency was INFLATED x the least of late
         self._next_probe_at = now
         self._probe_interval_s = 5.0
         self._backed_off_at = -math.inf
@@ -320,8 +377,10 @@ class AdaptiveLimit:
             return
         saturated = w.saturation(now) >= 0.6
         rate = w.rate(now)
+        if w.settled or w.started > self._changed_at:  # (the first window ramps up from 0)
+            self._inflated = self._note(now, w.latency_sum / w.fresh, rate)
         if self._trial is not None:
-            before, before_rate = self._trial
+            before, before_rate, searching = self._trial
             self._trial = None
             if not saturated:
                 # the client did not fill the new limit: nothing was learnt, and a limit
@@ -331,7 +390,30 @@ class AdaptiveLimit:
                 return
             gain = _elasticity(before_rate, rate, before, self._limit)
             raised = self._limit > before
-            if (gain >= ELASTIC) == raised:  # a raise that pays, or a cut that costs nothing
+            if raised:  # while latency is inflated, a raise must pay twice as much
+                pays = gain >= (2 * ELASTIC if self._inflated and not self._slow_start else ELASTIC)
+            elif searching:  # a cut while requests queued: kept unless it clearly costs
+                pays = rate >= (1 - KNEE_LOSS) * self._reference(before, before_rate)
+            else:
+                pays = gain < ELASTIC
+            if searching and not pays and not self._judged_twice:
+                # the machine's other work comes and goes: a cut found costly once is
+                # measured once more before it bounds the search
+                self._judged_twice = True
+                self._trial = (before, before_rate, True)
+                self._new_window(now, settle=True)
+                return
+            if searching and not pays:
+                # the knee lies between this cut and `before`: the next cut halves the gap
+                self._judged_twice = False
+                self._knee_below = (self._limit, now)
+                self._last_rate = before_rate
+                self._set(now, before, "revert")
+                self._probe_up, self._next_probe_at = False, now
+                return
+            if pays:  # a raise that pays, or a cut that costs nothing
+                if raised:
+                    self._knee_below = None
                 self._judged_twice = False
                 self._last_rate = rate
                 self._probe_interval_s = 5.0
@@ -347,21 +429,30 @@ class AdaptiveLimit:
                 # costs throughput for the rest of the run while a raise past the knee costs
                 # only queueing: judge the same raise once more, settled, before going back.
                 self._judged_twice = True
-                self._trial = (before, before_rate)
+                self._trial = (before, before_rate, False)
                 self._new_window(now, settle=True)
                 return
             # the raise only added waiting, or the cut lost completions: go back, and probe
             # less often from now on
-            self._slow_start = False
+            ended_slow_start = self._slow_start
+            self._slow_start = self._judged_twice = False
             self._last_rate = before_rate
             self._set(now, before, "revert")
-            self._probe_interval_s = min(self._max_probe_interval_s, self._probe_interval_s * 2)
-            self._next_probe_at = now + self._probe_interval_s
+            if ended_slow_start:
+                # the knee is at or below `before`: look for it from above at once
+                self._next_probe_at = now
+            else:
+                self._probe_interval_s = min(self._max_probe_interval_s, self._probe_interval_s * 2)
+                self._next_probe_at = now + self._probe_interval_s
             self._probe_up = not raised
             return
         self._last_rate = rate
         settled = w.settled
         self._new_window(now)
+        if saturated and not self._slow_start and self._queued() and self._search_target() is not None:
+            # requests queue at the server: look for fewer at once
+            self._probe_up = False
+            self._next_probe_at = now
         if saturated and (self._slow_start or now >= self._next_probe_at):
             if not self._slow_start and not settled:
                 # a steady-state verdict needs a sound baseline: slow start's rates are not
@@ -383,25 +474,66 @@ class AdaptiveLimit:
                 up = False
             else:
                 target = 2 * before if self._slow_start else before * 1.25 + 1
+        searching = False
         if not up:
             if self.limit <= self.floor:
                 return
             target = before * 0.8
+            if self._queued():
+                found = self._search_target()
+                if found is None:
+                    return  # the knee is within a step below: hold
+                target, searching = found, True
         if max(self.floor, min(self.cap, int(target))) == self.limit:
             return
-        self._trial = (before, rate)
+        self._trial = (before, rate, searching)
         self._set(now, target, "raise" if up else "cut")
         self._next_probe_at = now + self._probe_interval_s
+
+    def _queued(self) -> bool:
+        """Whether requests may be queueing at the server: latency is inflated, or nothing
+        of late ran at half this limit or fewer, so the unloaded latency is not known (past
+        the knee of a fixed-rate server every request waits alike; BBR's ProbeRTT drains
+        its queue now and then for the same reason)."""
+        return self._inflated or not any(b[1] <= self._limit / 2 for b in self._base if b[0] >= self._changed_at - BASE_MEMORY_S)
+
+    def _search_target(self) -> float | None:
+        """The next cut of the search from above: half the limit, or the geometric middle
+        between it and the last limit that lost throughput; None once they are within 25%."""
+        below = self._knee_below
+        if below is not None and below[1] < self._changed_at - BASE_MEMORY_S:
+            below = self._knee_below = None
+        if below is None:
+            return max(float(self.floor), self._limit / 2)
+        if self._limit <= 1.25 * below[0] or int(math.sqrt(below[0] * self._limit)) <= below[0]:
+            return None
+        return math.sqrt(below[0] * self._limit)
+
+    def _note(self, now: float, latency: float, rate: float) -> bool:
+        """Remember a judged window; whether its mean latency is INFLATED x the least of the
+        last BASE_MEMORY_S (Vegas' BaseRTT, kept as a windowed minimum as BBR keeps min_rtt)."""
+        self._base.append((now, self._limit, latency, rate))
+        while self._base and self._base[0][0] < now - BASE_MEMORY_S:
+            self._base.popleft()
+        return latency >= INFLATED * min(b[2] for b in self._base)
+
+    def _reference(self, limit: float, rate: float) -> float:
+        """The rate a cut from `limit` is held to: the median of what the last BASE_MEMORY_S
+        measured at `limit` or more, or the rate just measured there if higher. Cuts judged
+        each against the one before could lose a few percent each, step after step."""
+        above = sorted(b[3] for b in self._base if b[1] >= limit)
+        return max(rate, above[len(above) // 2]) if above else rate
 
     # ------------------------------------------------------------------ bookkeeping
     def _set(self, now: float, limit: float, why: str) -> None:
         self._limit = float(min(max(limit, self.floor), self.cap))
         self._changed_at = now
         self._history.add(now, self.limit, why)
-        # Slow start judges at once: it may overshoot (requests sent right after a raise
-        # find a short queue), and the cuts of steady state, which settle first, come back
-        # down to the knee. Steady state settles one latency, so its verdicts are sound.
-        self._new_window(now, settle=not self._slow_start)
+        # Every verdict waits one latency first: requests sent right after a raise queue
+        # behind the old limit's, so an unsettled window sees the new limit's load with the
+        # old limit's latency and overrates it (past the knee of a fixed-rate server, a
+        # doubling looks a third faster), which is how slow start overshot.
+        self._new_window(now, settle=True)
 
     def _new_window(self, now: float, settle: bool = False) -> None:
         self._window = _Window(self._limit, now + (self._latency() if settle else 0.0), settled=settle)

@@ -94,6 +94,9 @@ class Collection:
                 questions, unreadable = list(exc.questions), list(exc.failed)
             except DatasetError as exc:
                 return [DatasetErrorItem.from_parent(collector, name=name, message=str(exc))]
+            sampled = repeat_sample(questions, self.settings.repeat_sample) if self.settings.repeat_orig else set()
+            if self.settings.shard is not None:  # --shard I/N: of the questions loaded (after --limit), before -k
+                questions, unreadable = self._shard(bench.name, questions, unreadable)
             if self.settings.asking_order == "random":  # --order random: image groups in a seeded order
                 from pytest_satbench.datasets.selection import random_image_order
 
@@ -105,12 +108,31 @@ class Collection:
 
                 state.dataset_hashes[bench.name] = dataset_hashes(bench.requires, root)
             state.score_views[bench.name] = bench.score_views
-            if self.settings.repeat_orig:
-                state.repeat_keys |= repeat_sample(questions, self.settings.repeat_sample)
+            if sampled:  # the whole benchmark's sample: a shard asks the part of it among its questions
+                state.repeat_keys |= sampled & {(q.benchmark, q.key) for q in questions}
             return [*make_items(collector, name, questions), *record_error_items(collector, name, unreadable)]
         finally:
             if gc_was_enabled:
                 gc.enable()
+
+    def _shard(self, bench: str, questions: list[Any], unreadable: list[tuple[str, str]]
+               ) -> tuple[list[Any], list[tuple[str, str]]]:
+        """--shard I/N: this run's part of the benchmark (`datasets.selection.take_shard`), and its
+        counts for the protocol and the line under "collected N items". The records that cannot
+        be read fail in shard 1 only: once in the N runs, as in the whole run."""
+        from pytest_satbench.datasets.selection import take_shard
+
+        assert self.settings.shard is not None
+        index, count = self.settings.shard
+        mine = take_shard(questions, index, count)
+        counts = self.state.shards[bench] = {
+            "questions": len(questions), "images": len({q.image.id for q in questions}),
+            "shard_questions": len(mine), "shard_images": len({q.image.id for q in mine}),
+        }
+        self.notes.append(f"satbench: {bench}: shard {index}/{count}: {counts['shard_questions']:,} of "
+                          f"{counts['questions']:,} questions ({counts['shard_images']:,} of {counts['images']:,} "
+                          "images)")
+        return mine, unreadable if index == 1 else []
 
     def _keyword_selects(self, collector: pytest.Collector, name: str) -> bool:
         from pytest_satbench.datasets import registry

@@ -177,6 +177,18 @@ def _limit(where: str, raw: str) -> int | None:
     return integer(minimum=0)(where, raw) or None  # 0 is "no limit", as an absent --limit
 
 
+def _shard(where: str, raw: str) -> tuple[int, int]:
+    """(I, N): part I of N, numbered from 1."""
+    index, _, count = raw.strip().partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise pytest.UsageError(f"{where}: expected I/N, part I of N numbered from 1 (e.g. 2/4), got {raw!r}") from None
+    if not 1 <= i <= n:
+        raise pytest.UsageError(f"{where}: I must be from 1 to N (parts are numbered from 1), got {raw!r}")
+    return i, n
+
+
 def _points(where: str, raw: str) -> float:
     try:
         value = float(raw)
@@ -433,6 +445,11 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="random with --precision or --margin, else dataset"),
     Option("--seed", "seed of --order random (the same seed asks the images in the same order)", default=0,
            parse=integer(minimum=0), metavar="N"),
+    Option("--shard", "run part I of N of every benchmark: its images split into N parts whose question counts "
+           "differ by at most one image's questions, all questions of an image in one part; the split depends on the "
+           "benchmark's questions (after --limit) alone, not on -k, -n or the order, so the N runs I = 1..N ask "
+           "every question once (docs/running.md, Sharding)", parse=_shard, metavar="I/N",
+           default_doc="the whole benchmark"),
     Option("--precision", "stop asking a benchmark once every reconstruction arm's confidence sequence of the "
            "paired delta (with no --recon: of the accuracy) is at most POINTS wide; the questions not needed are "
            "skipped (docs/statistics.md)", parse=_points, metavar="POINTS", default_doc="off"),
@@ -584,6 +601,7 @@ class Settings:
     limit: int | None = _D["limit"]
     order: str | None = _D["order"]
     seed: int = _D["seed"]
+    shard: tuple[int, int] | None = _D["shard"]
     precision: float | None = _D["precision"]
     margin: float | None = _D["margin"]
     arms: tuple[ArmSpec, ...] = _D["arms"]

@@ -182,7 +182,20 @@ class RunController:
             dataset_hashes=state.dataset_hashes, planned=state.planned,
             order={"kind": "random", "seed": s.seed} if s.asking_order == "random" else {"kind": s.asking_order},
             sequential=seq.protocol() if (seq := self._sequential()) is not None else {},
+            shard=self._shard_protocol(),
         )
+
+    def _shard_protocol(self) -> dict[str, Any] | None:
+        """--shard I/N as protocol.json records it (None: no --shard): per benchmark the complete
+        benchmark's questions and images, this shard's (both before -k), and the questions this
+        run selected (its `planned`: after -k, --lf, --deselect)."""
+        from pytest_satbench.datasets.selection import SHARD_SCHEME
+
+        shard, state = self.settings.shard, self.state
+        if shard is None:
+            return None
+        return {"index": shard[0], "count": shard[1], "scheme": SHARD_SCHEME,
+                "benchmarks": {b: {**counts, "planned": state.planned.get(b, 0)} for b, counts in state.shards.items()}}
 
     def _upcoming(self, session: pytest.Session, items: list[QuestionItem]) -> Iterator[QuestionItem]:
         """The question items this process will run, in order, for the look-ahead: under

@@ -55,6 +55,8 @@ class RunState:
         self.dataset_hashes: dict[str, dict[str, str]] = {}
         self.score_views: dict[str, frozenset[str]] = {}
         self.repeat_keys: set[tuple[str, str]] = set()
+        # --shard: per benchmark, its questions and images in all and in this run's shard (before -k)
+        self.shards: dict[str, dict[str, int]] = {}
 
     @property
     def with_servers(self) -> bool:

@@ -22,7 +22,7 @@ from pytest_satbench.core import formatting as F
 from pytest_satbench.core.figures_json import aggregate_views, figure_key
 from pytest_satbench.core.results import BenchmarkResult
 from pytest_satbench.core.stats import GroupStats
-from pytest_satbench.core.text_summary import not_run_line, render_stats, subset_line
+from pytest_satbench.core.text_summary import not_run_line, render_stats, shard_line, subset_line
 from pytest_satbench.core.usage import ServerUsage
 from pytest_satbench.report import plots
 from pytest_satbench.report.build import token_curve
@@ -125,6 +125,8 @@ def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Ma
         answers = AN.analyse(data)
     doc = Document(f"satbench report: {data.benchmark} / {data.tag}")
     doc.add(Heading(1, rich(f"{data.benchmark} — {data.tag}")))
+    if (shard := shard_line(data)) is not None:  # --shard I/N: which part of the benchmark this run is
+        doc.add(Paragraph(rich(shard[:1].upper() + shard[1:] + " (docs/running.md, Sharding).")))
     if data.not_run or data.unfinished:
         line = not_run_line(data)
         doc.add(Notice(rich(line[:1].upper() + line[1:] + ".")))

@@ -167,6 +167,7 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--servers": ("gpu1:8000", "--servers: 'gpu1:8000' is not a URL*"),
     "--data-root": ("/nonexistent/data", "--data-root: /nonexistent/data is not a folder*"),
     "--limit": ("x", "--limit: expected an integer, got 'x'"),
+    "--shard": ("5/4", "--shard: I must be from 1 to N (parts are numbered from 1), got '5/4'"),
     "--recon": ("webp", "--recon 'webp': unknown codec 'webp'*"),
     "--nlatent": ("16,x", "--nlatent: expected an integer, got 'x'"),
     "--max-tiles": ("0", "--max-tiles: must be at least 1, got 0"),

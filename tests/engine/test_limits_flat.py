@@ -1,0 +1,62 @@
+"""The no-metrics limiter on a simulated clock (tests/limit_sim.py): deterministic, no threads.
+
+A server whose capacity does not grow with concurrency (a CPU-bound server, a fixed-rate
+gateway) must be held near its knee, the smallest in-flight count that reaches its throughput:
+past it requests only queue. A continuous-batching server's throughput grows with its batch up
+to max_num_seqs, and its latency with it: the same rules must still take the batch there.
+"""
+
+from __future__ import annotations
+
+import pytest
+from fleet_sim import EngineParams
+from limit_sim import BatchServer, FlatServer, drive
+
+from pytest_satbench.engine.limits import AdaptiveLimit
+
+
+@pytest.mark.parametrize(("workers", "service_s", "drift"), [(4, 0.02, 0.0), (8, 0.05, 0.1), (16, 0.01, 0.0)])
+def test_a_flat_server_is_held_near_its_knee(workers: int, service_s: float, drift: float) -> None:
+    srv = FlatServer(workers, service_s, jitter=0.3, seed=1, drift=drift)
+    lim = AdaptiveLimit(0.0, cap=512, initial=32)  # the defaults: 8x past a 4-worker knee
+    run = drive(lim, srv, 40.0)
+    rate, median = run.window(15.0, 40.0)
+    assert rate >= 0.9 * srv.capacity_rps, (rate, lim.history)
+    assert median <= 1.5 * srv.unloaded_s, (median, lim.history)
+    assert lim.limit <= 1.5 * workers + 1, lim.history
+
+
+@pytest.mark.parametrize("params", [
+    EngineParams(max_num_seqs=32, base_ms=5.0, per_seq_ms=0.5, output_tokens=8),  # tests/engine/test_concurrency.py's
+    EngineParams(max_num_seqs=64),  # performance/fleet.py's small server
+    EngineParams(max_num_seqs=256),  # and its big one
+], ids=["small", "fleet64", "fleet256"])
+def test_a_batching_server_is_still_filled(params: EngineParams) -> None:
+    srv = BatchServer(params, jitter=0.3, seed=1)
+    lim = AdaptiveLimit(0.0, cap=512, initial=4 if params.max_num_seqs <= 32 else 32)
+    seconds = 40.0 if params.max_num_seqs <= 32 else 120.0
+    run = drive(lim, srv, seconds)
+    rate, _ = run.window(seconds / 4, seconds)
+    assert rate >= 0.9 * srv.capacity_rps, (rate, srv.capacity_rps, lim.history)
+
+
+def test_the_simulated_servers_keep_their_arithmetic() -> None:
+    # a limit held at the knee reaches capacity at unloaded latency; twice the knee only queues
+    for limit, latency in ((4, 0.02), (8, 0.04)):
+        srv = FlatServer(4, 0.02)
+        run = drive(_Fixed(limit), srv, 5.0)
+        rate, median = run.window(1.0, 5.0)
+        assert rate == pytest.approx(200, rel=0.02) and median == pytest.approx(latency, rel=0.02)
+    # a full batch with a queue behind it completes max_num_seqs every output_tokens steps
+    p = EngineParams(max_num_seqs=8, base_ms=5, per_seq_ms=1, output_tokens=5)
+    rate, _ = drive(_Fixed(16), BatchServer(p), 5.0).window(1.0, 5.0)
+    assert rate == pytest.approx(p.capacity_rps, rel=0.02)
+
+
+class _Fixed:
+    def __init__(self, n: int) -> None:
+        self.limit = n
+
+    def in_flight_changed(self, now: float, in_flight: int) -> None: ...
+    def completed(self, now: float, latency_s: float) -> None: ...
+    def tick(self, now: float, metrics: object) -> None: ...
