@@ -17,6 +17,14 @@ a figure and the sentence saying what it is travel together to the terminal, sum
 per_type.csv and report.md. A loader's notes on how it read some questions (`labels.NOTE`)
 are counted into `BenchmarkResult.notes`.
 
+Under `--samples K` (protocol `samples`) each question's verdict carries each arm's verdict over
+its K samples (`core.verdict.SampleVerdict`): the per-type table, the paired tables and the
+answer analysis read each arm's own answer (its sample 1, the arm as a run without --samples
+asks it); every benchmark figure, the headline included, is computed on each question's
+mean-of-K credit and its label says so (`sampled_labels`); `BenchmarkResult.samples` holds the
+mean-of-K, majority-vote and agreement figures with the paired delta on mean-of-K
+(`stats.summarize_samples`).
+
 Memory: the stored rows are read once, question by question (`stored` is a stream), and
 nothing per question is kept but what the statistics need: one `QuestionRecord` (its parts
 shared between questions that agree: image ids, types, outcomes, views) and one shared
@@ -57,16 +65,37 @@ from pytest_satbench.core.stats import (
     BenchmarkStats,
     FigureInput,
     QuestionRecord,
+    SampleStats,
     ViewStats,
     summarize,
     summarize_aggregate,
+    summarize_samples,
     summarize_view,
 )
 
 __all__ = [
     "BenchmarkResult", "Coverage", "NoiseFloor", "QuestionOutcome", "QuestionResult",
-    "benchmark_results", "question_from", "question_record", "score_options",
+    "benchmark_results", "question_from", "question_record", "samples_of", "sampled_labels", "score_options",
 ]
+
+
+def samples_of(protocol: Mapping[str, Any]) -> int:
+    """The run's --samples K from its protocol (1: recorded without, or before the option)."""
+    got = protocol.get("samples")
+    return int(got.get("k", 1)) if isinstance(got, Mapping) else 1
+
+
+def sampled_labels(labels: Labels, k: int) -> Labels:
+    """The benchmark's figures' labels under --samples K > 1: each figure is computed on each
+    question's mean over its K samples, and says so."""
+    if k <= 1:
+        return labels
+    from dataclasses import replace
+
+    tail = f", mean of {k} samples per question (--samples {k})"
+    return replace(labels, overall=labels.overall + tail,
+                   average=None if labels.average is None else labels.average + tail,
+                   aggregates=tuple(replace(a, label=a.label + tail) for a in labels.aggregates))
 
 
 # --------------------------------------------------------------------------- records
@@ -136,6 +165,8 @@ class BenchmarkResult:
     # --precision / --margin: the confidence sequences rebuilt from the stored answers in the
     # run's order, summary.json's "sequential" block (`core.early_stop.replay`); None without
     sequential: dict[str, Any] | None = None
+    # --samples K > 1: mean-of-K, majority vote and agreement per arm, paired delta on mean-of-K
+    samples: SampleStats | None = None
 
     @property
     def questions(self) -> int:
@@ -199,6 +230,8 @@ def benchmark_results(
     it is scored (the report files that list every answer write it there; it is not kept).
     `figure_parts`: (figure name or None for the headline, type) pairs to compute the figure
     over that type alone as well (per-type gates; `BenchmarkResult.figure`)."""
+    k = samples_of(protocol)
+    labels = sampled_labels(labels, k)
     shared = _Shared()
     scorer = _ScoreMemo()
     tally = _Tally(run_id)
@@ -211,7 +244,7 @@ def benchmark_results(
         own += mine is None or bool(mine)
         q = question_from(benchmark, qdict)
         o = question_options(options, q, qdict.get("sent_size"))
-        item, record = _score_question(nodeid, q, rows, o, reported_type, scorer, shared)
+        item, record = _score_question(nodeid, q, rows, o, reported_type, scorer, shared, k)
         items.append(shared.outcome(item))
         records.append(record)
         tally.add(item, mine)
@@ -249,6 +282,7 @@ def benchmark_results(
         clipped_by_arm=dict(tally.clipped),
         runs=coverage.runs, run_questions=own, run_selected=coverage.run_selected, limit=coverage.limit,
         figure_parts=parts,
+        samples=summarize_samples(records, iterations=iterations, seed=seed, prepared=prepared) if k > 1 else None,
     )
 
 
@@ -270,9 +304,17 @@ class _Shared:
         return got
 
     def record(self, key: str, image: str, types: tuple[str, ...], outcomes: dict[str, ArmOutcome],
-               chance: float | None, views: dict[str, dict[str, float]], okey: tuple[Any, ...]) -> QuestionRecord:
-        """`okey` decides `outcomes`; the views are keyed by their values."""
+               chance: float | None, views: dict[str, dict[str, float]], okey: tuple[Any, ...],
+               samples: dict[str, Any] | None = None) -> QuestionRecord:
+        """`okey` decides `outcomes`; the views and the samples' verdicts are keyed by their values."""
         vkey = tuple((arm, tuple(v.items())) for arm, v in views.items())
+        if samples:
+            return QuestionRecord(
+                key, self._one(("image", image), lambda: image), types, self._one(("arms", okey), lambda: outcomes),
+                chance if chance is None else self._one(("chance", chance), lambda: chance),
+                self._one(("views", vkey), lambda: views),
+                self._one(("samples", tuple(samples.items())), lambda: samples),
+            )
         return QuestionRecord(
             key,
             self._one(("image", image), lambda: image),
@@ -388,17 +430,17 @@ class _ScoreMemo:
 def _score_question(
     nodeid: str, q: Question, rows: dict[str, AnswerRow], options: ScoreOptions,
     reported_type: Callable[[str], str], score: Callable[[Question, str, ScoreOptions], Score] = score,
-    shared: _Shared | None = None,
+    shared: _Shared | None = None, samples: int = 1,
 ) -> tuple[QuestionResult, QuestionRecord]:
     """The question's verdict (`core.verdict.score_question`, as its item got it) and what the
     statistics read of it."""
     types = shared.types(q.types, reported_type) if shared is not None else reported_types(q.types, reported_type)
-    item = score_question(nodeid, q, rows, options, types=types, score=score)
+    item = score_question(nodeid, q, rows, options, types=types, score=score, samples=samples)
     outcomes: dict[str, ArmOutcome] = {}
     okey: list[tuple[Any, ...]] = []  # what decides the outcomes, as plain tuples (hashed to share them)
     for arm, row in rows.items():
-        if A.is_judge(arm) or A.is_repeat(arm):
-            continue  # verdicts on answers and the noise floor's asks: not arms of the comparison
+        if A.is_judge(arm) or A.is_repeat(arm) or A.is_sample(arm):
+            continue  # verdicts on answers, the noise floor's asks, samples: not arms of the comparison
         if row.status == "ok":
             sc = item.scores[arm]
             truncated = row.finish_reason == "length"
@@ -408,8 +450,9 @@ def _score_question(
             outcomes[arm] = _arm_outcome("error", False, False, False)
             okey.append((arm,))
     if shared is not None:
-        return item, shared.record(q.key, q.image.id, types, outcomes, item.chance, item.views, tuple(okey))
-    return item, QuestionRecord(q.key, q.image.id, types, outcomes, item.chance, item.views)
+        return item, shared.record(q.key, q.image.id, types, outcomes, item.chance, item.views, tuple(okey),
+                                   item.samples)
+    return item, QuestionRecord(q.key, q.image.id, types, outcomes, item.chance, item.views, samples=item.samples)
 
 
 _OUTCOMES: dict[tuple[str, bool, bool, bool], ArmOutcome] = {}

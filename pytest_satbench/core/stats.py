@@ -94,6 +94,21 @@ averages over the types it has). A question-weighted figure over every type with
 headline verdict is therefore exactly the overall accuracy and its interval. The paired delta
 (percentage points, recon minus reference) is the same figure computed on the per-question
 difference over the questions both arms have, with its interval from the same resamples.
+
+Samples (`summarize_samples`, `--samples K`): each question asked K times per arm; a record
+carries per arm its verdict over the K (`QuestionRecord.samples`, made by `core.verdict`).
+Per arm and group: the mean-of-K accuracy (each question credited with the fraction of its K
+samples that are correct, a sample without an answer making the whole question 0), the
+majority-vote accuracy (each question credited 1 when its majority answer is correct; over
+the questions where a majority is defined: boxes have none), the mean agreement (the share of
+a question's samples that give its majority answer, over the questions where every sample
+answered and a majority is defined), and the paired delta recon - reference on the
+per-question mean-of-K (points). Every one is a ratio of summed per-question columns, so its
+interval is the same clustered bootstrap by image from the same resamples (`_Ratios` takes
+fractional credits as they are). The interval is for the benchmark's questions under the
+model's sampling distribution: the K samples of a question share its image and question and
+are resampled with them, never as independent observations. Under K > 1 every benchmark
+figure (`summarize_aggregate`) reads each question's mean-of-K credit (`FigureInput.credit`).
 """
 
 from __future__ import annotations
@@ -128,6 +143,11 @@ __all__ = [
     "summarize_aggregate",
     "FigureInput",
     "group_by",
+    "SampleArmStat",
+    "SamplePaired",
+    "SampleGroup",
+    "SampleStats",
+    "summarize_samples",
 ]
 
 _STATUSES = ("ok", "error")
@@ -164,6 +184,9 @@ class QuestionRecord:
     arms: Mapping[str, ArmOutcome]
     chance: float | None = None  # P(correct) of a uniformly random answer, if meaningful
     views: Mapping[str, Mapping[str, float]] = field(default_factory=dict)  # arm -> name -> value
+    # --samples K > 1: arm -> its verdict over its K samples (a `core.verdict.SampleVerdict`:
+    # `error`, `mean`, `majority_correct`, `agreement`, `value(view)`); empty under K = 1
+    samples: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for arm, outcome in self.arms.items():
@@ -813,12 +836,17 @@ class FigureInput:
 
     def credit(self, arm: str, view: str | None) -> np.ndarray:
         """What each record earns for `arm` under `view` (None: the headline verdict); NaN
-        where the arm has no outcome. An absent view value counts 0, as an empty answer does."""
+        where the arm has no outcome. An absent view value counts 0, as an empty answer does.
+        Under --samples K (records carry `samples`) the credit is the question's mean over its
+        K samples."""
         got = self._credit.get((arm, view))
         if got is None:
             records = self.records
             outs = [r.arms.get(arm) for r in records]
-            if view is None:
+            if any(arm in r.samples for r in records):  # --samples K: each question's mean-of-K
+                it = (math.nan if o is None else float(r.samples[arm].value(view)) if arm in r.samples
+                      else 0.0 if view is not None else float(o.correct) for o, r in zip(outs, records))
+            elif view is None:
                 it = (math.nan if o is None else float(o.correct) for o in outs)
             else:
                 it = (math.nan if o is None else float(r.views.get(arm, {}).get(view, 0.0))
@@ -949,3 +977,139 @@ def group_by(
         if k is not None:
             out.setdefault(str(k), []).append(r)
     return {k: out[k] for k in sorted(out)}
+
+
+# --------------------------------------------------------------------------- samples
+
+
+@dataclass(frozen=True)
+class SampleArmStat:
+    """One arm's figures over its K samples per question (module docstring, "Samples");
+    fractions, intervals clustered by image."""
+
+    n: int  # questions with the arm's samples
+    errors: int  # of them, questions where some sample has no answer (credited 0)
+    mean: float  # mean-of-K accuracy
+    ci_low: float
+    ci_high: float
+    majority_n: int  # questions where a majority answer is defined (not boxes), errors included
+    majority: float  # majority-vote accuracy over those
+    majority_ci_low: float
+    majority_ci_high: float
+    agreement_n: int  # questions with every sample answered and a majority defined
+    agreement: float  # mean share of a question's samples giving its majority answer
+    agreement_ci_low: float
+    agreement_ci_high: float
+
+
+@dataclass(frozen=True)
+class SamplePaired:
+    """Recon minus reference on the per-question mean-of-K (percentage points)."""
+
+    arm: str
+    reference: str
+    n_pairs: int
+    delta: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class SampleGroup:
+    n: int
+    n_images: int
+    arms: dict[str, SampleArmStat]
+    paired: dict[str, SamplePaired]
+
+
+@dataclass(frozen=True)
+class SampleStats:
+    """`summarize_samples`: K, and the sample figures overall and per type."""
+
+    k: int
+    reference_arm: str
+    arms: tuple[str, ...]
+    overall: SampleGroup
+    by_type: dict[str, SampleGroup]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self)
+
+
+def summarize_samples(
+    records: Sequence[QuestionRecord],
+    *,
+    reference_arm: str = ORIG,
+    blind_arm: str = BLIND,
+    iterations: int,
+    seed: int = 0,
+    level: float = 0.95,
+    prepared: FigureInput | None = None,
+) -> SampleStats | None:
+    """The --samples figures per arm, overall and per type (module docstring, "Samples");
+    None when no record carries samples (K = 1)."""
+    _check_level(level, iterations)
+    arms = _order_arms((a for r in records for a in r.samples), reference_arm, blind_arm)
+    if not arms:
+        return None
+    codes, type_idx = (prepared.codes, prepared.type_idx) if prepared is not None else _index(records)
+    k = max(v.k for r in records for v in r.samples.values())
+    n_all = len(records)
+    cols: dict[str, dict[str, np.ndarray]] = {}
+    for arm in arms:
+        has = np.zeros(n_all, dtype=bool)
+        err, mean = np.zeros(n_all, dtype=bool), np.zeros(n_all)
+        maj_has, maj = np.zeros(n_all, dtype=bool), np.zeros(n_all)
+        agr_has, agr = np.zeros(n_all, dtype=bool), np.zeros(n_all)
+        for i, r in enumerate(records):
+            v = r.samples.get(arm)
+            if v is None:
+                continue
+            has[i], err[i], mean[i] = True, v.error, v.mean
+            if v.majority_correct is not None:  # None: no majority for the kind (boxes)
+                maj_has[i], maj[i] = True, float(v.majority_correct)
+            if v.agreement is not None:
+                agr_has[i], agr[i] = True, v.agreement
+        cols[arm] = {"has": has, "err": err, "mean": mean, "maj_has": maj_has, "maj": maj,
+                     "agr_has": agr_has, "agr": agr}
+    pairs = [a for a in arms if a not in (reference_arm, blind_arm)] if reference_arm in arms else []
+
+    def group(idx: np.ndarray) -> SampleGroup:
+        ratios = _Ratios(codes[idx])
+        h: dict[str, tuple[int, int, int]] = {}
+        for arm in arms:
+            c = {name: col[idx] for name, col in cols[arm].items()}
+            h[arm] = (ratios.ratio(np.where(c["has"], c["mean"], 0.0), c["has"]),
+                      ratios.ratio(np.where(c["maj_has"], c["maj"], 0.0), c["maj_has"]),
+                      ratios.ratio(np.where(c["agr_has"], c["agr"], 0.0), c["agr_has"]))
+        d: dict[str, int] = {}
+        for arm in pairs:
+            both = cols[arm]["has"][idx] & cols[reference_arm]["has"][idx]
+            diff = cols[arm]["mean"][idx] - cols[reference_arm]["mean"][idx]
+            d[arm] = ratios.ratio(np.where(both, diff, 0.0), both)
+        ratios.resample(iterations, seed)
+        out: dict[str, SampleArmStat] = {}
+        for arm in arms:
+            c = {name: col[idx] for name, col in cols[arm].items()}
+            n = int(c["has"].sum())
+            if not n:
+                continue
+            (mlo, mhi), (jlo, jhi), (alo, ahi) = (ratios.interval([j], level) for j in h[arm])
+            out[arm] = SampleArmStat(
+                n=n, errors=int(c["err"].sum()), mean=ratios.value([h[arm][0]]), ci_low=mlo, ci_high=mhi,
+                majority_n=int(c["maj_has"].sum()), majority=ratios.value([h[arm][1]]),
+                majority_ci_low=jlo, majority_ci_high=jhi,
+                agreement_n=int(c["agr_has"].sum()), agreement=ratios.value([h[arm][2]]),
+                agreement_ci_low=alo, agreement_ci_high=ahi)
+        paired: dict[str, SamplePaired] = {}
+        for arm in pairs:
+            n = int((cols[arm]["has"][idx] & cols[reference_arm]["has"][idx]).sum())
+            if n:
+                lo, hi = ratios.interval([d[arm]], level, 100.0)
+                paired[arm] = SamplePaired(arm, reference_arm, n, 100.0 * ratios.value([d[arm]]), lo, hi)
+        return SampleGroup(n=int(idx.size), n_images=ratios.n_clusters, arms=out, paired=paired)
+
+    return SampleStats(k=k, reference_arm=reference_arm, arms=arms,
+                       overall=group(np.arange(n_all, dtype=np.intp)),
+                       by_type={t: group(ix) for t, ix in type_idx.items()})
+

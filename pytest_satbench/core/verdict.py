@@ -11,12 +11,33 @@ IoU 1.0 on the item and 0.455 in the report. Nothing outside this module decides
 outcome.
 
 Outcomes (`Verdicts.outcome`), the one copy of the rule:
-  error      some arm (a judge's verdict or a --repeat-orig ask included) has no answer
+  error      some arm (a judge's verdict, a --repeat-orig ask or a --samples sample included)
+             has no answer
   correct    no reconstruction arm ran and the original is right
   wrong      no reconstruction arm ran and the original is wrong
   regressed  the original is right and some reconstruction wrong
   improved   the original is wrong and some reconstruction right (none regressed)
   same       every reconstruction agrees with the original on correctness
+
+The outcome reads each arm's own answer, which under `--samples K` is its sample 1.
+
+Samples (`--samples K`, `SampleVerdict`, the one copy of the rule): each arm's question was
+asked K times (`arms.sample_arm`: sample 1 is the arm itself), and its verdict over them is
+  mean       the fraction of its K samples that are correct (mean-of-K: inspect's `Epochs(K)`
+             with its default `mean_score` reducer, inspect_ai `scorer/_reducer`)
+  majority   the most frequent answer among the K, as the scorer extracted and normalised it
+             (`Score.extracted`), and whether it is correct; a tie goes to the answer given by
+             the earliest sample among the tied (the order `collections.Counter.most_common`
+             keeps, which lm-evaluation-harness's `majority_vote` filter uses,
+             `lm_eval/filters/selection.py`). Undefined (None) for boxes (grounding: two boxes are rarely equal
+             strings; only mean-of-K is reported there)
+  agreement  the share of the K samples whose answer equals the majority answer
+  credit     per per-question view (RSVQA's classes, VRSBench's official view with the
+             judge's verdict on each sample), the mean of the K samples' values: what the
+             benchmark's figures read under K > 1
+A sample with no answer (an error row, or a sample the runs never asked: it gets an error
+row here, "not asked") makes the question an error for that arm: it counts 0 in its
+figures, the outcome is `error`, and K never silently shrinks.
 """
 
 from __future__ import annotations
@@ -38,7 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CORRECT", "ERROR", "IMPROVED", "OUTCOMES", "QuestionOutcome", "QuestionResult", "REGRESSED", "SAME",
-    "Verdicts", "WRONG", "question_from", "question_options", "question_record", "score_options",
+    "SampleVerdict", "Verdicts", "WRONG", "question_from", "question_options", "question_record", "score_options",
     "score_question",
 ]
 
@@ -142,6 +163,27 @@ class QuestionResult(Verdicts):
     # value an empty answer gets, VRSBench's official view with the judge's verdict applied
     views: dict[str, dict[str, float]] = field(default_factory=dict)
     options: ScoreOptions | None = None  # what it was scored with
+    # --samples K > 1: per arm (orig, each reconstruction, blind), its verdict over its K samples
+    samples: dict[str, SampleVerdict] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleVerdict:
+    """One arm's verdict over its K samples of one question (module docstring, "Samples")."""
+
+    k: int
+    error: bool  # some sample has no answer: the arm's figures count the question 0
+    mean: float  # fraction of the K samples correct (0.0 when error)
+    majority: str | None  # the majority answer; None when error or undefined (boxes)
+    majority_correct: bool | None  # None: no majority for the kind (boxes); False when error
+    agreement: float | None  # None when error or no majority  # share of the K samples equal to the majority answer
+    credit: tuple[tuple[str, float], ...] = ()  # per view, the mean of its K values (error: 0)
+
+    def value(self, view: str | None) -> float:
+        """The mean-of-K credit under `view` (None: the headline verdict, `mean`)."""
+        if view is None:
+            return self.mean
+        return next((v for k, v in self.credit if k == view), 0.0)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -203,15 +245,20 @@ def score_question(
     types: tuple[str, ...] | None = None,
     score: Callable[[Question, str, ScoreOptions], Score] | None = None,
     scores: Mapping[str, Score] | None = None,
+    samples: int = 1,
 ) -> QuestionResult:
     """Score every answered arm of one question (`options`: `question_options` of the run's
     options); `scores`: arms already scored with these same options (the runner scored each
     answer as it arrived, for the row it stored); `types`: its reported types (default: raw);
-    `score`: the scorer (default `core.scoring.score`; the reports pass a memoised one)."""
+    `score`: the scorer (default `core.scoring.score`; the reports pass a memoised one);
+    `samples`: the run's --samples K (rows of samples beyond K, from a tag's earlier run, are
+    left out; a sample within K that has no row gets an error row, "not asked")."""
     if score is None:
         score = _modules().scoring.score
+    rows = _sampled_rows(nodeid, q, rows, samples)
     got: dict[str, Score] = {}
     views: dict[str, dict[str, float]] = {}
+    sample_views: dict[str, dict[str, float]] = {}  # samples 2..K: read by their arm's SampleVerdict
     empty: Score | None = None
     for arm, row in rows.items():
         if A.is_judge(arm):
@@ -229,11 +276,72 @@ def score_question(
                 empty = score(q, "", options)
             arm_views = empty.views
         if arm_views:
-            views[arm] = dict(arm_views)
+            (sample_views if A.is_sample(arm) else views)[arm] = dict(arm_views)
     if q.kind == "vqa" and _modules().judge.JUDGED_VIEW in options.views:
         _judged(q, rows, got, views)
+        _judged(q, rows, got, sample_views)
+    verdicts = _sample_verdicts(q, rows, got, views, sample_views, samples) if samples > 1 else {}
     return QuestionResult(nodeid, q, types if types is not None else reported_types(q.types, lambda t: t),
-                          rows, got, chance(q), views, options)
+                          rows, got, chance(q), views, options, verdicts)
+
+
+def _sampled_rows(nodeid: str, q: Question, rows: dict[str, AnswerRow], samples: int) -> dict[str, AnswerRow]:
+    """`rows` with exactly samples 2..K of each arm: those beyond K (and their judges' verdicts)
+    left out, a missing one an error row (never a smaller K, nothing leaves a denominator)."""
+    def beyond(arm: str) -> bool:
+        return A.is_sample(arm) and A.sample_of(arm)[1] > samples
+    kept = rows if not any(beyond(A.judged(a) if A.is_judge(a) else a) for a in rows) else {
+        a: r for a, r in rows.items() if not beyond(A.judged(a) if A.is_judge(a) else a)}
+    if samples <= 1:
+        return kept
+    from pytest_satbench.core.records import AnswerRow
+
+    out = dict(kept)
+    for arm in [a for a in kept if _sampled(a)]:
+        for k in range(2, samples + 1):
+            name = A.sample_arm(arm, k)
+            if name not in out:
+                out[name] = AnswerRow(
+                    nodeid=nodeid, arm=name, fingerprint="", status="error", benchmark=q.benchmark,
+                    question_key=q.key, image_id=q.image.id,
+                    error=f"sample {k} of --samples {samples} not asked: rerun the same command to ask it")
+    return out
+
+
+def _sampled(arm: str) -> bool:
+    """An arm that has samples: orig, each reconstruction, blind."""
+    return not (A.is_judge(arm) or A.is_repeat(arm) or A.is_sample(arm))
+
+
+def _sample_verdicts(q: Question, rows: Mapping[str, AnswerRow], scores: Mapping[str, Score],
+                     views: Mapping[str, Mapping[str, float]], sample_views: Mapping[str, Mapping[str, float]],
+                     samples: int) -> dict[str, SampleVerdict]:
+    """Each arm's `SampleVerdict` over its samples 1..K (module docstring, "Samples")."""
+    out: dict[str, SampleVerdict] = {}
+    for arm in [a for a in rows if _sampled(a)]:
+        names = [A.sample_arm(arm, k) for k in range(1, samples + 1)]
+        got = [scores.get(n) for n in names]
+        own_views = [views.get(arm, {})] + [sample_views.get(n, {}) for n in names[1:]]
+        view_names = sorted({v for vs in own_views for v in vs})
+        if any(rows[n].status != "ok" or sc is None for n, sc in zip(names, got)):
+            # an error: 0 in every figure, wrong in the majority vote where the kind has one
+            out[arm] = SampleVerdict(samples, True, 0.0, None, None if q.kind == "ref" else False, None,
+                                     tuple((v, 0.0) for v in view_names))
+            continue
+        ok = [sc for sc in got if sc is not None]
+        mean = sum(sc.correct for sc in ok) / samples
+        credit = tuple((v, sum(float(vs.get(v, 0.0)) for vs in own_views) / samples) for v in view_names)
+        if q.kind == "ref":  # boxes: no majority answer (module docstring)
+            out[arm] = SampleVerdict(samples, False, mean, None, None, None, credit)
+            continue
+        counts: dict[str, int] = {}
+        for sc in ok:  # insertion order: the earliest sample first, so a tie goes to it
+            counts[sc.extracted] = counts.get(sc.extracted, 0) + 1
+        majority = max(counts, key=counts.__getitem__)  # the first of the largest counts
+        first = next(sc for sc in ok if sc.extracted == majority)
+        out[arm] = SampleVerdict(samples, False, mean, majority, bool(first.correct), counts[majority] / samples,
+                                 credit)
+    return out
 
 
 def _judged(q: Question, rows: Mapping[str, AnswerRow], scores: Mapping[str, Score],
