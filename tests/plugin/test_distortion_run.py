@@ -1,0 +1,70 @@
+"""Distortion in real runs of the demo against the bundled reference server: every reconstruction
+answer's pair of images sent has its row in the store, a second run that prepares the images
+again measures only the pairs it has not seen (counted by the rows it writes), and a weights file
+that is not LPIPS' stops the start with one line."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+ARGS = ("benchmarks", "-k", "demo", "--servers", "builtin", "--limit", "12", "-p", "no:randomly",
+        "-W", "ignore::pytest.PytestAssertRewriteWarning", "--recon", "jpeg:quality=10")
+
+
+def _store(pytester: pytest.Pytester) -> Path:
+    [path] = (pytester.path / ".pytest_cache").rglob("results.sqlite")
+    return path
+
+
+def _distortion_rows(path: Path) -> dict[tuple[str, str], tuple[float, float, float | None, float]]:
+    with sqlite3.connect(path) as conn:
+        return {(o, a): (p, s, m, c) for o, a, p, s, m, c in conn.execute(
+            "SELECT orig_sha256, arm_sha256, psnr, ssim, msssim, created FROM distortion")}
+
+
+def _answer_pairs(path: Path, arm: str) -> set[tuple[str, str]]:
+    """(orig's, arm's sha256 of the bytes sent) of every question the arm answered."""
+    with sqlite3.connect(path) as conn:
+        return set(conn.execute(
+            "SELECT o.image_sha256, r.image_sha256 FROM answers o JOIN answers r ON r.nodeid = o.nodeid "
+            "WHERE o.arm = 'orig' AND r.arm = ? AND o.status = 'ok' AND r.status = 'ok'", (arm,)))
+
+
+def test_distortion_is_measured_once_per_pair_and_reused_by_the_next_run(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\n")
+    shutil.copytree(BENCHMARKS, pytester.path / "benchmarks")
+    first = pytester.runpytest_subprocess(*ARGS)
+    assert first.ret == 0, first.stdout.str()
+    store = _store(pytester)
+    rows = _distortion_rows(store)
+    pairs = _answer_pairs(store, "jpeg:quality=10")
+    assert pairs and set(rows) == pairs  # one row per image of the run, each answer's pair has one
+    for psnr, ssim, msssim, _ in rows.values():
+        assert 15 < psnr < 40 and 0.2 < ssim < 0.99 and msssim is not None  # 256 px: MS-SSIM fits
+    # the next run asks everything again (its images are prepared again) and adds an arm:
+    # only the new arm's pairs are measured, the stored ones are not written again
+    second = pytester.runpytest_subprocess(*ARGS, "--recon", "jpeg:quality=50", "--fresh")
+    assert second.ret == 0, second.stdout.str()
+    after = _distortion_rows(store)
+    assert {k: after[k] for k in rows} == rows  # same values, same `created`: not measured again
+    new = _answer_pairs(store, "jpeg:quality=50")
+    assert set(after) - set(rows) == new and len(new) == len(pairs)
+    assert all(after[k][0] > max(after[p][0] for p in pairs if p[0] == k[0]) for k in new)  # q50 beats q10
+
+
+def test_a_weights_file_that_is_not_lpips_is_one_line(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("torch")
+    pytester.makeini("[pytest]\n")
+    shutil.copytree(BENCHMARKS, pytester.path / "benchmarks")
+    weights = pytester.path / "alex.pth"
+    weights.write_text("not a torch file")
+    result = pytester.runpytest_subprocess(*ARGS, "--lpips-weights", str(weights))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    lines = [line for line in result.errlines if line.strip()]
+    assert len(lines) == 1, lines
+    result.stderr.fnmatch_lines([f"ERROR: satbench: --lpips-weights {weights}: not a torch state dict (*"])
