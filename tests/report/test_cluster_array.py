@@ -1,0 +1,222 @@
+"""The cluster recipe (docs/cluster.md), played locally: the job-array script itself,
+docs/examples/satbench-array.sbatch, runs as N parallel tasks (each with the SLURM variables a
+job array sets, its own store and its own server on loopback: the bundled reference server in
+place of `vllm serve`, through the script's SERVE setting), one task killed with SIGKILL
+mid-run and run again, then docs/examples/satbench-merge.sh merges the stores and writes the
+tag's report. That report must equal, figure for figure, the report of one plain run (no
+--shard) over the same questions; the rerun task must ask its server only what the killed one
+had not stored.
+
+The servers are tests/report/array_server.py: the reference server, counting the chat requests
+it receives in a file (the count survives a SIGKILL) and, for the task that is killed, slowed
+down so that the kill lands mid-run."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from pytest_satbench.server import start_server
+
+ROOT = Path(__file__).resolve().parents[2]
+ARRAY = ROOT / "docs" / "examples" / "satbench-array.sbatch"
+MERGE = ROOT / "docs" / "examples" / "satbench-merge.sh"
+SERVER = Path(__file__).resolve().parent / "array_server.py"
+N = 3
+TAG = "array"
+# a small run: 24 demo questions, two arms; two requests in flight so a slowed task is killable
+OPTIONS = "--limit 24 --concurrency 2 -p no:randomly -q -W ignore::pytest.PytestAssertRewriteWarning"
+BOUND_S = 120
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _project(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pytest.ini").write_text("[pytest]\n")
+    shutil.copytree(ROOT / "benchmarks", project / "benchmarks")
+    (project / "data").mkdir()
+    return project
+
+
+def _env(project: Path, **more: str) -> dict[str, str]:
+    return {**os.environ, "TAG": TAG, "SELECT": "demo", "RECON": "jpeg:quality=10", "PROJECT": str(project),
+            "STORES": str(project / "stores"), "PYTHON": sys.executable, "HEALTH_POLL": "0.1",
+            "HEALTH_TIMEOUT": "60", "EXTRA": OPTIONS, "OUT": str(project / "reports-merged"), **more}
+
+
+def _task(project: Path, index: int, count_file: Path, *, delay: float = 0.0, scratch: Path | None = None,
+          ) -> subprocess.Popen[str]:
+    """One array task: the script, as SLURM runs it for SLURM_ARRAY_TASK_ID=index."""
+    env = _env(project, SLURM_ARRAY_TASK_ID=str(index), SLURM_ARRAY_TASK_COUNT=str(N), PORT=str(_free_port()),
+               SERVE=f"{sys.executable} {SERVER} --count-file {count_file} --delay {delay}",
+               SCRATCH=str(scratch) if scratch else "")
+    log = open(project / f"task-{index}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115 - closed by the child's end
+    return subprocess.Popen(["bash", str(ARRAY)], env=env, cwd=project, stdout=log, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def _wait(proc: subprocess.Popen[str]) -> int:
+    try:
+        return proc.wait(BOUND_S)
+    finally:
+        _kill(proc)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the task's session: script, server, pytest
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+
+
+def _ok(store: Path) -> int:
+    if not store.exists():
+        return 0
+    try:
+        with closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1)) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM answers WHERE status='ok'").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def _requests(count_file: Path) -> int:
+    return len(count_file.read_text().splitlines()) if count_file.exists() else 0
+
+
+def _logs(project: Path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(project.glob("task-*.log")))
+
+
+# a distortion is measured where the image is prepared, in float32: two processes agree on it to
+# about 1e-7 (the merged store holds the shards' values, the plain run its own)
+DISTORTION = ("psnr", "ssim", "msssim", "lpips")
+
+
+def _figures(folder: Path) -> tuple[dict[str, object], list[object]]:
+    """What a report says about the answers, without what says which runs and servers gave them
+    (run ids, dates, latencies, per-server traffic); and the distortions apart."""
+    summary = json.loads((folder / "summary.json").read_text())
+    keep = ("benchmark", "tag", "model", "questions", "limited", "not_run", "arms", "statistics", "headline",
+            "aggregate_views", "notes", "answer_analysis", "noise_floor", "regressed_questions", "gallery")
+    out: dict[str, object] = {k: summary.get(k) for k in keep}
+    measured: list[object] = []
+    for path in sorted(folder.glob("*.csv")):
+        rows = list(csv.reader(io.StringIO(path.read_text())))
+        cut = [i for i, name in enumerate(rows[0]) if name in DISTORTION]
+        for row in rows[1:]:
+            measured += [float(row[i]) if row[i] else None for i in cut]
+            for i in cut:
+                row[i] = ""
+        # per_image.csv lists the images in the order the store gives them (a merged store: shard
+        # by shard); its rows, not their order, are figures
+        out[path.name] = [rows[0], *sorted(rows[1:])] if path.name == "per_image.csv" else rows
+    answers = []
+    for line in (folder / "predictions.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        for k in ("latency_s", "server"):
+            row.pop(k, None)
+        answers.append(row)
+    answers.sort(key=lambda r: (r["nodeid"], r["arm"]))
+    for row in answers:
+        measured += [row.pop(k, None) for k in DISTORTION]
+    out["predictions.jsonl"] = answers
+    return out, measured
+
+
+def test_a_job_array_played_locally_reports_as_one_run(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    stores = project / "stores"
+    counts = [tmp_path / f"requests-{i}.txt" for i in range(N)]
+    killed = 1  # task 1 (shard 2/3) is killed mid-run and run again
+    # the array: tasks 0 and 2 keep their live store on node-local scratch (copied across by the
+    # merge), task 1 writes its shard's store in place
+    for i in (0, 2):
+        (tmp_path / f"scratch-{i}").mkdir()
+    tasks = {i: _task(project, i, counts[i], delay=0.4 if i == killed else 0.0,
+                      scratch=None if i == killed else tmp_path / f"scratch-{i}") for i in range(N)}
+    shard = stores / f"shard-{killed + 1}-of-{N}.sqlite"
+    deadline = time.monotonic() + BOUND_S
+    while _ok(shard) < 4 and time.monotonic() < deadline and tasks[killed].poll() is None:
+        time.sleep(0.05)
+    _kill(tasks[killed])  # SIGKILL: no handler runs, as when a node is lost
+    kept = _ok(shard)
+    assert kept >= 4, _logs(project)
+    for i in (0, 2):
+        assert _wait(tasks[i]) == 0, _logs(project)
+    # the task again (a requeue): it asks its server only what the killed run had not stored
+    rerun_count = tmp_path / "requests-rerun.txt"
+    assert _wait(_task(project, killed, rerun_count)) == 0, _logs(project)
+    with closing(sqlite3.connect(f"file:{shard}?mode=ro", uri=True)) as conn:
+        run_id, = conn.execute("SELECT run_id FROM runs ORDER BY started DESC LIMIT 1").fetchone()
+        questions = conn.execute("SELECT COUNT(*) FROM run_items WHERE run_id=?", (run_id,)).fetchone()[0]
+    assert _ok(shard) == 2 * questions  # every question of the shard answered in both arms
+    assert kept < 2 * questions, "the kill landed after the task's last answer; nothing was left to ask"
+    assert _requests(rerun_count) == 2 * questions - kept, (_requests(rerun_count), questions, kept)
+    # the merge step, then the same questions as one plain run (no --shard) on one server
+    merged = subprocess.run(["bash", str(MERGE)], env=_env(project), cwd=project, capture_output=True, text=True,
+                            timeout=BOUND_S)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert merged.stdout.count("satbench: merged ") == N and "report written to" in merged.stdout, merged.stdout
+    with start_server() as server:
+        single = subprocess.run(
+            [sys.executable, "-m", "pytest", "benchmarks", "-k", "demo", "--servers", server.url, "--recon",
+             "jpeg:quality=10", "--tag", TAG, "--store", str(tmp_path / "single.sqlite"), *OPTIONS.split()],
+            cwd=project, capture_output=True, text=True, timeout=BOUND_S)
+    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
+    sizes = {i: 2 * _shard_questions(stores / f"shard-{i + 1}-of-{N}.sqlite") for i in range(N)}
+    total = sum(sizes.values())
+    assert total == 2 * 24 and all(sizes.values()), sizes  # the shards cover the run, each a part
+    # each other task asked each of its answers once
+    assert [_requests(counts[i]) for i in (0, 2)] == [sizes[0], sizes[2]]
+    report = subprocess.run([sys.executable, "-m", "pytest_satbench.report", "--store", str(tmp_path / "single.sqlite"),
+                             "--tag", TAG, "--out", str(project / "reports-single")],
+                            capture_output=True, text=True, timeout=BOUND_S)
+    assert report.returncode == 0, report.stderr
+    one, whole = project / "reports-single" / "demo" / TAG, project / "reports-merged" / "demo" / TAG
+    figures, measured = _figures(whole)
+    figures_one, measured_one = _figures(one)
+    assert figures == figures_one
+    assert [m is None for m in measured] == [m is None for m in measured_one]
+    assert [m for m in measured if m is not None] == pytest.approx([m for m in measured_one if m is not None],
+                                                                   rel=1e-5)
+    summary = json.loads((whole / "summary.json").read_text())
+    assert summary["questions"] == 24 and summary["not_run"] == 0
+    # the merge is all or nothing and adds nothing the second time
+    again = subprocess.run(["bash", str(MERGE)], env=_env(project), cwd=project, capture_output=True, text=True,
+                           timeout=BOUND_S)
+    assert again.returncode == 0 and again.stdout.count("nothing new") == N, again.stdout
+
+
+def _shard_questions(store: Path) -> int:
+    with closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as conn:
+        return int(conn.execute("SELECT COUNT(DISTINCT nodeid) FROM run_items").fetchone()[0])
+
+
+def test_the_scripts_are_valid_bash_and_name_the_shard_options() -> None:
+    for script in (ARRAY, MERGE):
+        got = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert got.returncode == 0, got.stderr
+    text = ARRAY.read_text()
+    assert '--shard "$SHARD"' in text and "SHARD=$((SLURM_ARRAY_TASK_ID + 1))/$SLURM_ARRAY_TASK_COUNT" in text
+    assert "/health" in text and "vllm serve" in text
+    assert "--merge" in MERGE.read_text() and "--into" in MERGE.read_text()
