@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from datasets_fake import write_rsvqa_counts
+from datasets_fake import write_rsvqa_counts, write_vrsbench
 from servers import FakeVLM
 
 BENCH_MODULE = """
@@ -63,6 +63,31 @@ def test_the_shards_hold_every_selected_item_once(pytester: pytest.Pytester, dat
         # balanced within one image's questions (6), of the questions before -k
         sizes = [len(s) for s in shards]
         assert max(sizes) - min(sizes) <= 6 and sum(sizes) == len(everything)
+
+
+def test_unreadable_records_fail_in_shard_1_and_extra_shards_are_empty(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench='from pytest_satbench import benchmark_test\n'
+                                   'test_vrsbench_ref = benchmark_test("vrsbench_ref")\n')
+    data = pytester.path / "data"
+    write_vrsbench(data, n_images=3, vqa=False, image_size=8)
+    path = data / "VRSBench" / "VRSBench_EVAL_referring.json"
+    records = json.loads(path.read_text())
+    records[1]["ground_truth"] = "no box here"  # unreadable: one failed item, test_vrsbench_ref[record1]
+    path.write_text(json.dumps(records))
+
+    def nodes(*args: str) -> list[str]:
+        result = pytester.runpytest("--data-root", str(data), "--collect-only", "-q", "-p", "no:randomly", *args)
+        return [line for line in result.outlines if "::test_vrsbench_ref[" in line]
+
+    whole = nodes()
+    assert "test_bench.py::test_vrsbench_ref[record1]" in whole
+    parts = [nodes("--shard", f"{i}/2") for i in (1, 2)]
+    assert "test_bench.py::test_vrsbench_ref[record1]" in parts[0]
+    assert sorted(parts[0] + parts[1]) == sorted(whole)
+    # more parts than images: the last parts hold none of its questions (3 images, 5 parts)
+    five = [nodes("--shard", f"{i}/5") for i in range(1, 6)]
+    assert sorted(n for part in five for n in part) == sorted(whole)
+    assert sum(1 for part in five if part) == 3 and five[4] == []
 
 
 @pytest.mark.parametrize(("value", "line"), [
@@ -127,8 +152,12 @@ def test_shard_runs_under_xdist_add_up_to_the_whole_run(pytester: pytest.Pyteste
         assert counts["shard_questions"] >= counts["planned"]
         line = f"shard {i}/2: {counts['shard_questions']} of {N_QUESTIONS} questions (this run selected {len(mine)} of them)"
         result.stdout.fnmatch_lines([line])  # the terminal summary
-        report = (pytester.path / "reports" / "rsvqa_lr" / f"s{i}" / "report.md").read_text()
-        assert line[:1].upper() + line[1:] in report
+        for name in ("report.md", "report.html"):  # the top of the reports
+            report = (pytester.path / "reports" / "rsvqa_lr" / f"s{i}" / name).read_text()
+            assert line[:1].upper() + line[1:] in report, name
+        # under "collected N items" (an xdist controller says its workers' line in its summary)
+        result.stdout.fnmatch_lines([f"satbench: rsvqa_lr: shard {i}/2: {counts['shard_questions']} of {N_QUESTIONS} "
+                                     f"questions ({counts['shard_images']} of {N_IMAGES} images)"])
     # the shards' planned counts add up to the whole run's, their questions to the benchmark's
     assert sum(p["planned"]["rsvqa_lr"] for p in protocols) == whole_protocol["planned"]["rsvqa_lr"]
     assert shard_questions == N_QUESTIONS
