@@ -95,6 +95,11 @@ class Judge:
                            prompt_style=J.JUDGE_STYLE).digest()
 
 
+# Request threads beyond what the limits allow in flight: they wait for a slot, so a raised
+# limit is filled at once, and 4 bound the threads by the limits (engine/limits.py).
+SPARE_THREADS = 4
+
+
 class QuestionRunner:
     def __init__(
         self,
@@ -122,11 +127,14 @@ class QuestionRunner:
         self.fresh = fresh
         self.judge = judge
         self._judge_digest = judge.digest if judge is not None else ""
-        # A request holds its thread while in flight: as many threads as the pools could ever
-        # have in flight, started only as they are needed (limits adapt under the caps).
-        if threads is None:
-            threads = pool.max_possible_in_flight() + (judge.pool.max_possible_in_flight() if judge else 0)
-        self._requests = DaemonWorkers(max(1, threads), "satbench-ask")
+        # A request holds its thread while in flight, and waits for a slot on one: as many
+        # threads as the pools' limits allow in flight now, plus a few that wait, started only
+        # as they are needed and ended when a limit falls (a limit at 16 under a cap of 512
+        # ran 512 threads, all but 16 of them waiting for a slot).
+        def by_limits() -> int:
+            return pool.max_in_flight() + (judge.pool.max_in_flight() if judge else 0) + SPARE_THREADS
+
+        self._requests = DaemonWorkers(by_limits if threads is None else threads, "satbench-ask")
         self._lock = threading.Lock()
 
     def _stored(self, nodeid: str, keys: list[tuple[str, str]]) -> dict[str, AnswerRow]:
@@ -420,15 +428,16 @@ class DaemonWorkers:
     A ThreadPoolExecutor's threads are joined at exit, so after `-x` or Ctrl-C a request
     still waiting on a slow server (up to --request-timeout) would keep pytest from exiting.
     Nothing is lost by abandoning it: its answer was not stored, so a rerun asks it again.
-    Threads start when a call finds none idle, up to `n`: a pool allowed 512 requests per
-    server that runs 40 starts about 40.
+    Threads start when a call finds none idle, up to `n` (a number, or read at each call:
+    the pools' limits now), and one that finishes a call while more than `n` run ends.
     """
 
-    def __init__(self, n: int, name: str) -> None:
+    def __init__(self, n: int | Callable[[], int], name: str) -> None:
         self._queue: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None] = queue.SimpleQueue()
-        self._max = max(1, n)
+        self._max: Callable[[], int] = (lambda: max(1, n)) if isinstance(n, int) else (lambda: max(1, n()))
         self._name = name
         self._threads: list[threading.Thread] = []
+        self._started = 0
         self._idle = 0
         self._lock = threading.Lock()
         self._closed = False
@@ -439,12 +448,16 @@ class DaemonWorkers:
         with self._lock:
             if self._idle > 0:
                 self._idle -= 1  # this call is that idle thread's
-            elif len(self._threads) < self._max:
-                t = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
-                self._threads.append(t)
-                t.start()
+            elif len(self._threads) < self._max():
+                self._start()
             # else every thread is busy and none may be added: the call waits its turn
         self._queue.put((fn, args))
+
+    def _start(self) -> None:
+        self._started += 1
+        t = threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True)
+        self._threads.append(t)
+        t.start()
 
     def _work(self) -> None:
         while True:
@@ -454,6 +467,12 @@ class DaemonWorkers:
             fn, args = task
             fn(*args)
             with self._lock:
+                if len(self._threads) > self._max():  # a limit fell: one thread fewer
+                    self._threads.remove(threading.current_thread())
+                    return
+                # a limit rose while calls wait: threads for them, up to the bound
+                for _ in range(min(self._max() - len(self._threads), self._queue.qsize() - self._idle - 1)):
+                    self._start()
                 self._idle += 1
 
     def shutdown(self) -> None:
