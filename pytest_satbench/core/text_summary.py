@@ -42,6 +42,41 @@ def render(result: BenchmarkResult, width: int = 80) -> list[str]:
             f"on {floor.flipped} ({100 * floor.rate:.1f}%); a per-question delta rate below that is server noise",
             width,
         )
+    lines += render_samples(result, width)
+    return lines
+
+
+def render_samples(result: BenchmarkResult, width: int = 80) -> list[str]:
+    """--samples K: per arm its mean-of-K accuracy with its interval, majority-vote accuracy,
+    mean agreement and the paired delta on mean-of-K (`stats.summarize_samples`)."""
+    ss = result.samples
+    if ss is None:
+        return []
+    arms = [a for a in ss.arms if a in ss.overall.arms]
+    labels, _ = A.arm_labels(arms)
+    aw = max(6, min(max(len(labels[a]) for a in arms), 16)) + 1
+    k = ss.k
+    lines = [""]
+    lines += F.prose(f"samples (--samples {k}), % over all questions: mean = mean-of-{k} accuracy (each question "
+                     f"the share of its {k} answers that are right), maj = majority-vote accuracy, agree = mean share "
+                     f"of a question's answers that give its majority answer, delta = mean-of-{k} vs orig in points; "
+                     "95% CI clustered by image", width)
+    lines.append(f"  {'arm':<{aw}}{'n':>5}{'mean':>7}  {'95% CI':<12}{'maj':>6}{'agree':>7}{'delta':>7} 95% CI")
+    for arm in arms:
+        a = ss.overall.arms[arm]
+        row = (f"  {labels[arm][:aw - 1]:<{aw}}{a.n:>5}{_cell(a.mean):>7}  {F.percent_interval(a.ci_low, a.ci_high):<12}"
+               f"{_cell(a.majority if a.majority_n else None):>6}{_cell(a.agreement if a.agreement_n else None):>7}")
+        p = ss.overall.paired.get(arm)
+        if p is not None:
+            row += f"{F.points(p.delta):>7} {F.points_interval(p.ci_low, p.ci_high)}"
+        lines.append(row.rstrip())
+    errors = {labels[a]: ss.overall.arms[a].errors for a in arms if ss.overall.arms[a].errors}
+    if errors:
+        lines += F.prose("questions with a sample unanswered (counted 0): "
+                         + ", ".join(f"{arm} {n}" for arm, n in errors.items()), width)
+    if any(ss.overall.arms[a].majority_n < ss.overall.arms[a].n for a in arms):
+        lines += F.prose("majority vote and agreement leave out box answers (grounding): no two boxes are the "
+                         "same answer; their questions count in mean-of-K only", width)
     return lines
 
 
@@ -151,8 +186,8 @@ def render_figures(result: BenchmarkResult, width: int = 80) -> list[str]:
     benchmark declares its own evaluation (otherwise the headline is the table's own overall row and
     mean of types, already shown): per figure its label, then per arm n, the value, its
     interval and, for reconstruction arms, the paired delta and its interval."""
-    if not result.labels.declares_evaluation:
-        return []
+    if not result.labels.declares_evaluation and result.samples is None:
+        return []  # the table's overall row and mean of types are the headline (not under --samples)
     shown = [a for a in result.declared_figures() if a.terminal and a.name in result.figures]
     if not shown:
         return []

@@ -17,7 +17,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 
 from pytest_satbench.core import judge as J
-from pytest_satbench.core.arms import BLIND, image_arm, is_repeat, judge_arm, repeat_arm
+from pytest_satbench.core.arms import BLIND, image_arm, is_repeat, judge_arm, repeat_arm, sample_arm, sample_of
 from pytest_satbench.core.question import Question
 from pytest_satbench.core.redact import redact
 from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
@@ -114,6 +114,7 @@ class QuestionRunner:
         fresh: bool = False,
         threads: int | None = None,
         judge: Judge | None = None,
+        samples: int = 1,
     ) -> None:
         self.run_id = run_id
         self.pool = pool
@@ -125,6 +126,7 @@ class QuestionRunner:
         self.score_options = score_options
         self.arms: list[str] = list(images.arms) + ([BLIND] if blind else [])
         self.fresh = fresh
+        self.samples = samples  # --samples K: each arm asked K times (samples 2..K: `orig@2`, ...)
         self.judge = judge
         self._judge_digest = judge.digest if judge is not None else ""
         # A request holds its thread while in flight, and waits for a slot on one: as many
@@ -147,7 +149,19 @@ class QuestionRunner:
 
     # ------------------------------------------------------------------ planning
     def arms_for(self, job: Job) -> list[str]:
-        return self.arms + [repeat_arm(i) for i in range(2, job.repeats + 1)]
+        """The arms asked for one question: every arm, the --repeat-orig asks, then each arm's
+        --samples 2..K (`core.arms.sample_arm`; sample 1 is the arm itself)."""
+        return (self.arms + [repeat_arm(i) for i in range(2, job.repeats + 1)]
+                + [sample_arm(a, k) for k in range(2, self.samples + 1) for a in self.arms])
+
+    def seed_for(self, arm: str) -> int | None:
+        """The request seed an arm is sent with: the run's (--request-seed, None: not sent) for
+        an arm itself, base + k - 1 for its k-th sample (base: --request-seed, or 0), so every
+        sample of a question is a distinct request."""
+        k = sample_of(arm)[1]
+        if k == 1:
+            return self.settings.seed
+        return (self.settings.seed or 0) + k - 1
 
     def fingerprints(self, job: Job, model: str | None = None) -> tuple[dict[str, str], tuple[int, int] | None]:
         """Fingerprint per arm for answers from `model` (default: the one asked for), and the
@@ -157,11 +171,11 @@ class QuestionRunner:
         digest = self._digest(model)
         fps = {}
         for arm in self.arms_for(job):
-            blind = arm == BLIND
+            blind = image_arm(arm) == BLIND
             fps[arm] = arm_fingerprint(
                 digest,
                 arm=arm,
-                codec_identity=self.images.codec_identity(arm),
+                codec_identity=self.images.codec_identity(image_arm(arm)),
                 prompt=job.prompt,
                 image_sha256=None if blind else info.sha256,
                 size=None if blind else size,
@@ -242,9 +256,10 @@ class QuestionRunner:
                 err = f"{type(exc).__name__}: {exc}"
                 finish_one(ArmResult(arm, "error", error=err, row=self._error_row(job, arm, fps[arm], err)))
 
-        image_arms = [a for a in missing if a != BLIND]
-        if BLIND in missing:
-            self._requests.submit(ask, BLIND, None)
+        image_arms = [a for a in missing if image_arm(a) != BLIND]
+        for arm in missing:
+            if image_arm(arm) == BLIND:  # blind and its samples: no image to wait for
+                self._requests.submit(ask, arm, None)
         if image_arms:
             image_future = self.images.get(job.question.image)
 
@@ -347,7 +362,7 @@ class QuestionRunner:
                 max_tokens=self.settings.max_tokens,
                 temperature=self.settings.temperature,
                 top_p=self.settings.top_p,
-                seed=self.settings.seed,
+                seed=self.seed_for(arm),
                 system_prompt=self.settings.system_prompt,
                 extra_body=self._extra_body,
             )
@@ -404,7 +419,7 @@ class QuestionRunner:
             rows = {arm: a.row for arm, a in result.arms.items() if a.row is not None}
             scores = {arm: a.score for arm, a in result.arms.items() if a.score is not None}
             result.record = score_question(job.nodeid, job.question, rows, self.score_options(job.question, size),
-                                           scores=scores)
+                                           scores=scores, samples=self.samples)
         except BaseException as exc:  # a bug here must not leave the item waiting forever
             result.record, result.verdict_error = None, f"scoring failed: {type(exc).__name__}: {exc}"
         _complete(done, result)

@@ -63,6 +63,7 @@ class RuntimeConfig:
     allow_protocol_change: bool = False
     repeat_orig: int = 0  # asks of the original in all for the sampled questions; 0: once
     repeat_keys: frozenset[tuple[str, str]] = frozenset()  # (benchmark, key) sampled
+    samples: int = 1  # --samples K: each question asked K times per arm (core/arms.py sample_arm)
     score_views: Mapping[str, frozenset[str]] = field(default_factory=dict)  # per benchmark
     process: str = "main"  # names this process's traffic in the store (xdist: gw0, gw1, ...)
     # Recorded in protocol.json as given: how the run was invoked and what it read.
@@ -113,9 +114,17 @@ class RuntimeConfig:
             "judge": {"server": self.judge_url, "model": judge_model} if self.judge_url else None,
             "order": dict(self.order),
             **({"sequential": {k: dict(v) for k, v in self.sequential.items()}} if self.sequential else {}),
+            **({"samples": self.samples_record()} if self.samples > 1 else {}),
             **({"shard": dict(self.shard)} if self.shard else {}),
         })
 
+
+    def samples_record(self) -> dict[str, Any]:
+        """protocol.json's "samples" (--samples K > 1): K and the request seed of each sample,
+        sample 1 (the arm itself) with the run's own (None: not sent), sample k base + k - 1
+        (base: --request-seed, or 0; `QuestionRunner.seed_for`)."""
+        base = self.request_seed or 0
+        return {"k": self.samples, "seeds": [self.request_seed] + [base + k - 1 for k in range(2, self.samples + 1)]}
 
     def sampling(self) -> dict[str, Any]:
         """protocol.json's "sampling": every model setting the requests carry (None: not sent)."""

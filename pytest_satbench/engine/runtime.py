@@ -141,8 +141,12 @@ class Runtime:
         self.runner = QuestionRunner(
             run_id=cfg.run_id, pool=self.pool, images=self.images, store=self.store, settings=settings,
             score_options=score_options, blind=cfg.blind, fresh=cfg.fresh,
-            judge=judge,
+            judge=judge, samples=cfg.samples,
         )
+        if cfg.samples > 1 and not cfg.temperature:
+            self.notices.append(
+                f"--samples {cfg.samples} at temperature 0: greedy decoding gives every sample the same answer "
+                "(only a server that honours the request seed differs); pass --temperature, e.g. 0.7")
         stack.callback(self.runner.close)
         if upcoming is not None:
             self.lookahead = LookAhead(

@@ -545,6 +545,10 @@ OPTIONS: tuple[Option, ...] = (
            "how often the verdict flips", parse=_repeat_orig, metavar="K", default_doc="off", config="repeat_orig"),
     Option("--repeat-sample", "questions per benchmark in the --repeat-orig sample", default=200, parse=integer(),
            metavar="N"),
+    Option("--samples", "ask every question K times per arm, sample k with request seed --request-seed + k - 1 "
+           "(sample 1 is the arm itself); reports mean-of-K accuracy, majority-vote accuracy and the agreement "
+           "rate, and the figures and paired delta on mean-of-K (use with --temperature > 0)",
+           parse=integer(minimum=1), metavar="K", config="samples"),
     Option("--bootstrap", "bootstrap resamples for the intervals", default=BOOTSTRAP, parse=integer(minimum=0),
            metavar="N"),
     Option("--no-reports", "do not write reports/<benchmark>/<tag>/", kind="flag", default=True, fields=("reports",)),
@@ -639,6 +643,7 @@ class Settings:
     bootstrap: int = _D["bootstrap"]
     repeat_orig: int = _D["repeat_orig"]
     repeat_sample: int = _D["repeat_sample"]
+    samples: int = _D["samples"]
     reports: bool = _D["reports"]
     # not an option: a secret belongs in the environment, not on a command line or in an ini file
     api_key: str | None = field(default=None, repr=False)

@@ -149,6 +149,7 @@ def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Ma
     doc.add(*_tokens(data))
     doc.add(*_answers(data, answers, labels))
     doc.add(*_noise_floor(data))
+    doc.add(*_samples(data))
     doc.add(*_usage(data, labels))
     doc.add(*_reasoning(data, labels))
     doc.add(*_regressed(gallery, gallery_total, labels))
@@ -417,6 +418,50 @@ def _noise_floor(data: BenchmarkResult) -> list[Block]:
         f"); the verdict changed on {floor.flipped} ({_percent(floor.rate)}). Servers under load "
         "are not deterministic at temperature 0: a per-question change rate below this is not a codec effect.",
     ))]
+
+
+def _samples(data: BenchmarkResult) -> list[Block]:
+    """--samples K: per arm and type, mean-of-K accuracy, majority-vote accuracy and agreement,
+    each with its interval, and the paired delta on mean-of-K (`stats.summarize_samples`)."""
+    ss = data.samples
+    if ss is None:
+        return []
+    k = ss.k
+    arms = list(ss.arms)
+    labels, _ = A.arm_labels(arms)
+    groups = [(t, g) for t, g in ss.by_type.items()] + [("overall", ss.overall)]
+    rows: list[tuple[Cell, ...]] = []
+    for t, g in groups:
+        for arm in arms:
+            a = g.arms.get(arm)
+            if a is None:
+                continue
+            p = g.paired.get(arm)
+            rows.append((cell(t), cell(Code(labels[arm])), cell(str(a.n)),
+                         cell(_accuracy_with_interval(a.mean, a.ci_low, a.ci_high)),
+                         cell(_accuracy_with_interval(a.majority, a.majority_ci_low, a.majority_ci_high)
+                              if a.majority_n else F.MISSING), cell(str(a.majority_n)),
+                         cell(_accuracy_with_interval(a.agreement, a.agreement_ci_low, a.agreement_ci_high)
+                              if a.agreement_n else F.MISSING),
+                         cell(f"{F.points(p.delta)} {F.points_interval(p.ci_low, p.ci_high)}" if p else F.MISSING),
+                         cell(str(a.errors))))
+    seeds = (data.protocol.get("samples") or {}).get("seeds")
+    return [
+        Heading(2, rich("Samples")),
+        Paragraph(rich(
+            f"Every question was asked {k} times per arm (", Code(f"--samples {k}"), "; request seeds ",
+            Code(", ".join("none" if s is None else str(s) for s in seeds) if seeds else "-"),
+            "; sample 1 is the arm itself, which the tables above read). Mean-of-", str(k),
+            ": each question credited with the share of its answers that are right. Majority: its most frequent "
+            "answer as the scorer normalises it (a tie goes to the earliest sample), credited when right; boxes "
+            "have none (grounding questions count in mean-of-", str(k), " only, n maj says how many have one). "
+            "Agreement: the share of a question's answers that give its majority answer. Delta: mean-of-", str(k),
+            " minus ", Code(A.ORIG), "'s on the same questions, in points. A question with a sample unanswered "
+            "counts 0 (errors). The benchmark's figures above are computed on mean-of-", str(k),
+            ". Intervals: 95% bootstrap clustered by image, for these questions under the model's sampling.")),
+        Table((_text("type"), _text("arm"), _num("n"), _num(f"mean-of-{k}"), _num("majority"), _num("n maj"),
+               _num("agreement"), _text("delta"), _num("errors")), tuple(rows)),
+    ]
 
 
 def _usage_row(name: str, s: ServerUsage) -> tuple[Cell, ...]:

@@ -90,6 +90,8 @@ def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gall
         "usage": {**asdict(data.usage), "clipped": sum(clipped.values()), "clipped_by_arm": clipped},
         "answer_analysis": AN.to_dict(analysis) if analysis is not None else None,
         "noise_floor": data.noise_floor.to_dict() if data.noise_floor else None,
+        # --samples K > 1 only: mean-of-K, majority vote, agreement and the delta on mean-of-K
+        **({"samples": data.samples.to_dict()} if data.samples is not None else {}),
         # --precision / --margin: the confidence sequences in the run's order (None without)
         "sequential": data.sequential,
         "gates": gates if gates else [],

@@ -200,6 +200,7 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--gate": ("x", "--gate 'x': expected *"),
     "--repeat-orig": ("1", "--repeat-orig: K is the number of asks in all*"),
     "--repeat-sample": ("x", "--repeat-sample: expected an integer, got 'x'"),
+    "--samples": ("0", "--samples: must be at least 1, got 0"),
     "--bootstrap": ("x", "--bootstrap: expected an integer, got 'x'"),
     "--progress-every": ("-1", "--progress-every: must be at least 0, got -1"),
     "--order": ("shuffled", "--order: expected one of dataset, random, got 'shuffled'"),
