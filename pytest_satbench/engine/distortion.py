@@ -26,9 +26,9 @@ numbers therefore include the JPEG step, which the VLM sees too.
 
 Cost (performance/distortion.py, docs/performance.md): the Gaussian filters are separable and run
 as shifted slices over the five moments of a strip of rows at once, the symmetric window halving
-the multiplications, in float32. SSIM and MS-SSIM of a 512x512 pair: 56 ms CPU, against 123 ms
-for the same code in float64 and 168 ms in float64 on the whole image at once (scikit-image's SSIM
-alone: 108 ms; one side-by-side run on a loaded 2-core machine).
+the multiplications, in float32. SSIM and MS-SSIM of a 512x512 pair: 64 ms CPU, against 128 ms
+for the same code in float64 and 193 ms in float64 on the whole image at once (scikit-image's SSIM
+alone: 117 ms; medians of one side-by-side run on a loaded 2-core machine).
 """
 
 from __future__ import annotations
