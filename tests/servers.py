@@ -223,7 +223,7 @@ class FakeVLM:
                  fail_prompt: dict[str, list[Fail]] | None = None,
                  fail_always: Fail | None = None, fail_models: Fail | None = None,
                  delay: float = 0.0, finish_reason: str | None = "stop",
-                 usage: dict[str, Any] | None | Literal["auto"] = "auto",
+                 usage: dict[str, Any] | None | Literal["auto"] | Callable[[str, bool, bytes | None], dict[str, Any]] = "auto",
                  response_model: str | None = None, reasoning: AnswerFn | None = None,
                  http10: bool = False, content_length: bool = True, close_share: float = 0.0,
                  drop_share: float = 0.0, encoding: str | None = None) -> None:
@@ -522,6 +522,8 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
                     n = len(text or "")  # a reasoning model out of tokens answers None
                     usage = {"prompt_tokens": len(prompt), "completion_tokens": n,
                              "total_tokens": len(prompt) + n}
+                elif callable(fake.usage):  # usage per request: (prompt, has_image, image) -> dict
+                    usage = fake.usage(prompt, image is not None, image)
                 else:
                     usage = fake.usage
                 message: dict[str, Any] = {"role": "assistant", "content": text}

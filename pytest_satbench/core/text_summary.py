@@ -14,6 +14,7 @@ from pytest_satbench.core import arms as A
 from pytest_satbench.core import formatting as F
 from pytest_satbench.core.results import BenchmarkResult
 from pytest_satbench.core.stats import AggregateStats, BenchmarkStats
+from pytest_satbench.core.usage import resized_line
 
 _NO_INTERVAL = "[   -    ]"  # as wide as a typical interval, so the columns stay aligned
 
@@ -42,6 +43,10 @@ def render(result: BenchmarkResult, width: int = 80) -> list[str]:
             f"on {floor.flipped} ({100 * floor.rate:.1f}%); a per-question delta rate below that is server noise",
             width,
         )
+    resized = resized_line(result.usage, A.arm_labels(list(result.stats.arms))[0])
+    if resized:  # the server tokenised some arm's images differently from the original's
+        lines.append("")
+        lines += F.prose(resized, width)
     lines += render_samples(result, width)
     return lines
 

@@ -7,6 +7,13 @@ latency and model, never its verdict, and what the clients counted (`ServerTraff
 kept but its latency (8 bytes, for the percentiles), and gives one `Usage`: per server and
 in all. A server is shown by its URL without credentials (`redact.redact_url`): the reports
 that print it are shared.
+
+Visual tokens (`VisualTokens`, per arm): what the server says each arm's prompt cost
+(`usage.prompt_tokens`), the same question's difference from the original's prompt (every arm
+is sent at the same geometry with the same text, so a difference is the server tokenising the
+two images differently: a resize of its own) and from the blind arm's (no image: the difference
+is the image's own visual tokens as the server counts them). Paired per question, over the
+questions where both rows reported prompt tokens.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from pytest_satbench.core.reasoning import ReasoningStats, ReasoningTally
 from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
 from pytest_satbench.core.redact import redact_url
 
-__all__ = ["ServerUsage", "Usage", "UsageTally", "percentile"]
+from pytest_satbench.core import arms as A
+
+__all__ = ["ServerUsage", "Usage", "UsageTally", "VisualTokens", "percentile", "per_thousand", "resized_line"]
 
 
 @dataclass(slots=True)
@@ -64,6 +73,63 @@ class Usage:
     earlier: int = 0
     # per arm whose answers carried reasoning: its length in tokens, truncations (core/reasoning.py)
     reasoning: dict[str, ReasoningStats] = field(default_factory=dict)
+    # per arm (orig, reconstructions, blind): the prompt tokens the server reported, paired
+    visual_tokens: dict[str, VisualTokens] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class VisualTokens:
+    """One arm's prompt tokens as the server reported them (module docstring)."""
+
+    answers: int = 0  # answers that reported prompt tokens
+    prompt_tokens_mean: float | None = None
+    paired_orig: int = 0  # questions where this arm and orig both reported prompt tokens
+    delta_orig_mean: float | None = None  # mean of (this arm - orig) over those
+    differ_orig: int = 0  # of those, questions where the two counts differ
+    paired_blind: int = 0  # questions where this arm and blind both reported prompt tokens
+    image_tokens_mean: float | None = None  # mean of (this arm - blind): the server's visual tokens
+
+
+def per_thousand(accuracy: float | None, tokens: float | None) -> float | None:
+    """Accuracy per 1,000 visual tokens: accuracy / (tokens / 1000), with `tokens` the mean
+    tokens per question of the arm (docs/reports.md says which); None when either is missing
+    or the tokens are not positive."""
+    if accuracy is None or tokens is None or math.isnan(accuracy) or not tokens > 0:
+        return None
+    return 1000.0 * accuracy / tokens
+
+
+def visual_summary(usage: Usage, accuracy: Mapping[str, float | None]) -> dict[str, dict[str, float | int | None]]:
+    """Per arm with prompt tokens or codec tokens: its prompt tokens, their paired differences,
+    the server's visual tokens (vs blind), the codec's tokens per image, its accuracy (`accuracy`,
+    exact match over every question) and the accuracy per 1,000 of either kind of visual token
+    (summary.json's `visual_tokens`, the reports' table)."""
+    out: dict[str, dict[str, float | int | None]] = {}
+    for arm in dict.fromkeys([*usage.visual_tokens, *(a for a, t in usage.image_tokens.items() if t is not None)]):
+        v = usage.visual_tokens.get(arm, VisualTokens())
+        codec = usage.image_tokens.get(arm)
+        acc = accuracy.get(arm)
+        out[arm] = {
+            "answers_with_prompt_tokens": v.answers, "prompt_tokens_mean": v.prompt_tokens_mean,
+            "paired_orig": v.paired_orig, "delta_orig_mean": v.delta_orig_mean, "differ_orig": v.differ_orig,
+            "paired_blind": v.paired_blind, "server_visual_tokens_mean": v.image_tokens_mean,
+            "codec_tokens_per_image": codec, "accuracy": acc,
+            "accuracy_per_1k_server_visual_tokens": per_thousand(acc, v.image_tokens_mean),
+            "accuracy_per_1k_codec_tokens": per_thousand(acc, codec),
+        }
+    return out
+
+
+def resized_line(usage: Usage, labels: Mapping[str, str] | None = None) -> str | None:
+    """One sentence when the server's prompt tokens say it tokenised some arm's image
+    differently from the original's (None when no paired count differs)."""
+    parts = [f"{(labels or {}).get(arm, arm)} on {v.differ_orig} of {v.paired_orig} questions"
+             for arm, v in usage.visual_tokens.items() if arm not in (A.ORIG, A.BLIND) and v.differ_orig]
+    if not parts:
+        return None
+    return ("visual tokens: the server's prompt tokens differ from the original's for " + "; ".join(parts)
+            + " (every arm is sent at the same geometry with the same text: the server resized or "
+            "tokenised those images differently)")
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -135,6 +201,9 @@ class UsageTally:
         self.asked = 0
         self.earlier = 0  # answers the run did not record (its tag's earlier runs recorded them)
         self.reasoning = ReasoningTally()
+        # arm -> [answers, prompt tokens, paired with orig, sum of differences, differing,
+        #         paired with blind, sum of differences]
+        self.visual: dict[str, list[int]] = {}
 
     def add(self, rows: Mapping[str, AnswerRow], own: Container[str] | None = None) -> None:
         """One question's rows by arm; `own`: the arms the run recorded for it (None: all)."""
@@ -159,6 +228,29 @@ class UsageTally:
             elif own is not None and arm not in own:
                 self.earlier += 1
         self.reasoning.add(rows)
+        self._visual(rows)
+
+    def _visual(self, rows: Mapping[str, AnswerRow]) -> None:
+        """One question's prompt tokens per arm, and their differences from orig's and blind's."""
+        orig, blind = rows.get(A.ORIG), rows.get(A.BLIND)
+        o = orig.prompt_tokens if orig is not None and orig.status == "ok" else None
+        b = blind.prompt_tokens if blind is not None and blind.status == "ok" else None
+        for arm, r in rows.items():
+            if r.status != "ok" or r.prompt_tokens is None or not (arm in (A.ORIG, A.BLIND) or A.is_recon(arm)):
+                continue
+            v = self.visual.get(arm)
+            if v is None:
+                v = self.visual[arm] = [0] * 7
+            p = r.prompt_tokens
+            v[0] += 1
+            v[1] += p
+            if o is not None:
+                v[2] += 1
+                v[3] += p - o
+                v[4] += p != o
+            if b is not None:
+                v[5] += 1
+                v[6] += p - b
 
     def _total(self) -> _ServerTally:
         """Every server's answers together (the sums are exact, the latencies sorted anyway)."""
@@ -205,4 +297,13 @@ class UsageTally:
             limits=tuple(limits),
             earlier=self.earlier,
             reasoning=self.reasoning.stats(),
+            visual_tokens={arm: self._visual_tokens(arm) for arm in arms if arm in self.visual},
+        )
+
+    def _visual_tokens(self, arm: str) -> VisualTokens:
+        n, total, po, do, differ, pb, db = self.visual[arm]
+        return VisualTokens(
+            answers=n, prompt_tokens_mean=total / n if n else None,
+            paired_orig=po, delta_orig_mean=do / po if po else None, differ_orig=differ,
+            paired_blind=pb, image_tokens_mean=db / pb if pb and arm != A.BLIND else None,
         )

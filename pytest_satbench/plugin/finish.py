@@ -135,7 +135,7 @@ class Finish:
         # the files that list every answer are written while the store is read, once: the
         # run's rows never wait in memory for them (report/__init__.py)
         reports = RunReports(Path(state.config.rootpath) / "reports", recon_cache=store.path.parent.parent / "satbench-recon",
-                             reasons_from=store if settings.asked_anew else None) \
+                             reasons_from=store if settings.asked_anew else None, distortions_from=store) \
             if settings.reports else None
         # Re-scoring makes a few objects per question, none in a cycle, while the session's
         # millions (items, kept reports) stay: the cyclic GC would walk them all again and

@@ -1,5 +1,5 @@
 """Run reports: `reports/<benchmark>/<tag>/` with summary.json, per_type.csv,
-answer_classes.csv, answer_transitions.csv, predictions.jsonl, protocol.json, report.md and a
+answer_classes.csv, answer_transitions.csv, per_image.csv, predictions.jsonl, protocol.json, report.md and a
 self-contained report.html.
 
 Written by the plugin at the end of a run and on demand from the store
@@ -19,10 +19,11 @@ from typing import Any
 
 from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.analysis import analyse
+from pytest_satbench.core.distortion_flips import FlipTable
 from pytest_satbench.core.results import BenchmarkResult, QuestionResult
 from pytest_satbench.engine.store import ResultStore
 from pytest_satbench.report import content, files, html, markdown, why
-from pytest_satbench.report.build import collect
+from pytest_satbench.report.build import add_flips, collect, distortion_flips
 from pytest_satbench.report.gallery import MAX_GALLERY, RegressedPicker, build_gallery
 
 __all__ = ["RunReports", "report_dir", "write_reports"]
@@ -55,7 +56,7 @@ def write_reports(
     around its own `collect`.)
     """
     reports = RunReports(out_root, recon_cache=_default_recon_cache(store, recon_cache), gallery_limit=gallery_limit,
-                         reasons_from=store if asked_anew else None)
+                         reasons_from=store if asked_anew else None, distortions_from=store)
     try:
         results = collect(store, run_id, iterations=iterations, each=reports.each)
         reports.raise_failure()
@@ -75,10 +76,12 @@ class _Streamed:
     folder: Path
     predictions: files.PredictionsWriter
     gallery: RegressedPicker
+    flips: FlipTable = field(default_factory=FlipTable)  # per reconstruction arm, for the distortion figures
 
     def add(self, it: QuestionResult) -> None:
         self.predictions.add(it)
         self.gallery.add(it)
+        add_flips(self.flips, it)
 
 
 @dataclass
@@ -98,12 +101,17 @@ class RunReports:
     `reasons_from`: the store the results were collected from; given, each summary.json has
     `asked_anew` and report.md a sentence: the reporting run's answers asked anew, by reason
     (`report.why.reasons`, the one computation `--reasons` prints). Opt-in: it reads every
-    earlier run's records of the benchmark (docs/performance.md, "Re-ask reasons")."""
+    earlier run's records of the benchmark (docs/performance.md, "Re-ask reasons").
+
+    `distortions_from`: the store to ask, once per benchmark, for the distortion of the images
+    sent (`report.build.distortion_flips`): the flips-against-distortion section, per_image.csv's
+    distortion columns and predictions.jsonl's; None: not asked (no section)."""
 
     out_root: Path
     recon_cache: Path | None = None
     gallery_limit: int = MAX_GALLERY
     reasons_from: ResultStore | None = None
+    distortions_from: ResultStore | None = None
     failure: BaseException | None = None
     _streamed: dict[tuple[str, str], _Streamed] = field(default_factory=dict, init=False, repr=False)
 
@@ -146,7 +154,7 @@ class RunReports:
                 if data.run_id not in per_run:  # every benchmark of the run at once
                     per_run[data.run_id] = why.reasons(self.reasons_from, data.run_id)
                 anew = why.asked_anew(per_run[data.run_id].get(data.benchmark, Counter()))
-            _write_one(data, streamed, gates, self.recon_cache, anew)
+            _write_one(data, streamed, gates, self.recon_cache, anew, self.distortions_from)
             written.append(streamed.folder)
         return written
 
@@ -157,18 +165,23 @@ class RunReports:
 
 
 def _write_one(data: BenchmarkResult, streamed: _Streamed, gates: list[dict[str, Any]] | None,
-               recon_cache: Path | None, asked_anew: dict[str, int] | None = None) -> None:
+               recon_cache: Path | None, asked_anew: dict[str, int] | None = None,
+               store: ResultStore | None = None) -> None:
     folder = streamed.folder
     gallery = build_gallery(streamed.gallery.chosen(), recon_cache)
     total = streamed.gallery.total
     protocol = files.protocol_dict(data)
     answers = analyse(data)  # once: summary.json, the two CSVs and the documents share it
+    distortion = distortion_flips(store, streamed.flips, iterations=data.stats.iterations, seed=data.stats.seed)
     files.write_json(folder / "protocol.json", protocol)
-    files.write_json(folder / "summary.json", files.summary_dict(data, gates, total, gallery, answers, asked_anew))
+    files.write_json(folder / "summary.json", files.summary_dict(data, gates, total, gallery, answers, asked_anew,
+                                                                 distortion))
     files.write_per_type_csv(folder / "per_type.csv", data)
     files.write_answer_csvs(folder / "answer_classes.csv", folder / "answer_transitions.csv", answers)
-    streamed.predictions.commit()
-    doc = content.build(data, protocol, gates, gallery, total, answers=answers, asked_anew=asked_anew)
+    files.write_per_image_csv(folder / "per_image.csv", streamed.flips, distortion.by_pair)
+    streamed.predictions.commit(distortion.by_pair)
+    doc = content.build(data, protocol, gates, gallery, total, answers=answers, asked_anew=asked_anew,
+                        distortion=distortion)
     _atomic_text(folder / "report.md", markdown.to_markdown(doc))
     _atomic_text(folder / "report.html", html.to_html(doc))
 

@@ -17,11 +17,14 @@ nothing holds a run's rows (see `core.results` on memory).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import sqlite3
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core import arms as A
+from pytest_satbench.core.distortion_flips import DistortionFlips, FlipTable
 from pytest_satbench.core.early_stop import replay
 from pytest_satbench.core.records import ServerTraffic
 from pytest_satbench.core.results import (
@@ -35,7 +38,7 @@ from pytest_satbench.core.results import (
 from pytest_satbench.engine.config import sampling_of
 from pytest_satbench.engine.store import ResultStore
 
-__all__ = ["Each", "collect", "tag_runs", "token_curve"]
+__all__ = ["DistortionResult", "Each", "collect", "distortion_flips", "flip_pair", "tag_runs", "token_curve"]
 
 # (benchmark, tag) -> what is called with each of that benchmark's questions as it is scored
 # (or None): how report files that list every answer are written without keeping them
@@ -148,7 +151,29 @@ def _coverage(merged: list[dict[str, Any]], bench: str) -> Coverage:
     planned = [int((r["protocol"].get("planned") or {}).get(bench, 0)) for r in merged]
     limits = [r["protocol"].get("limit") or None for r in merged]
     limit = None if any(x is None for x in limits) else max(limits)  # type: ignore[type-var]
-    return Coverage(tuple(str(r["run_id"]) for r in merged), max(planned), limit, planned[0])
+    return Coverage(tuple(str(r["run_id"]) for r in merged), max(planned), limit, planned[0],
+                    shards=_shard_parts(merged, bench))
+
+
+def _shard_parts(merged: list[dict[str, Any]], bench: str) -> dict[str, Any] | None:
+    """The `--shard I/N` parts of one split whose answers the report covers (the stores of a job
+    array merged, or one store the parts shared), from their protocols' "shard" records: None
+    unless two or more parts of one split are among `merged` (one part's report says which part
+    it is, `text_summary.shard_line`). Counts are before -k, as the records keep them."""
+    splits: dict[int, dict[int, Mapping[str, Any]]] = {}
+    for r in merged:  # newest first: a part run again keeps its newest record
+        shard = r["protocol"].get("shard") or {}
+        counts = (shard.get("benchmarks") or {}).get(bench)
+        if counts:
+            splits.setdefault(int(shard["count"]), {}).setdefault(int(shard["index"]), counts)
+    if not splits:
+        return None
+    count, parts = max(splits.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    if len(parts) < 2:
+        return None
+    questions = max(int(c["questions"]) for c in parts.values())
+    return {"count": count, "parts": sorted(parts), "questions": questions,
+            "missing": max(0, questions - sum(int(c["shard_questions"]) for c in parts.values()))}
 
 
 def _traffic(store: ResultStore, run_ids: tuple[str, ...]) -> dict[str, ServerTraffic]:
@@ -222,3 +247,59 @@ def token_curve(data: BenchmarkResult) -> tuple[dict[str, list[tuple[float, floa
         if A.ORIG in g.accuracy and g.accuracy[A.ORIG].n:
             ceilings[label] = g.accuracy[A.ORIG].accuracy
     return points, ceilings
+
+
+@dataclass(frozen=True)
+class DistortionResult:
+    """A benchmark's flips against distortion (`core.distortion_flips`), the distortions the
+    store gave per (original sha256, reconstruction sha256), or why there is no figure."""
+
+    flips: DistortionFlips | None
+    by_pair: Mapping[Hashable, Any] = field(default_factory=dict)
+    absent: str | None = None  # why flips is None (None too: no reconstruction arm, nothing to say)
+
+
+def flip_pair(it: QuestionResult, arm: str) -> tuple[str, str] | None:
+    """The images a reconstruction arm's question compares: (sha256 of the original's bytes sent,
+    of the arm's), the key of the arm's distortion for that image; None when a row lacks one."""
+    o, r = it.rows.get(A.ORIG), it.rows.get(arm)
+    if o is None or r is None or not o.image_sha256 or not r.image_sha256:
+        return None
+    return (o.image_sha256, r.image_sha256)
+
+
+def add_flips(table: FlipTable, it: QuestionResult) -> None:
+    """One scored question into `table`: every reconstruction arm it has beside the original."""
+    if A.ORIG not in it.rows:
+        return
+    orig = it.correct(A.ORIG)
+    image = it.question.image.id
+    for arm in it.rows:
+        if A.is_recon(arm):
+            table.add(arm, image, it.types, orig, it.correct(arm), flip_pair(it, arm))
+
+
+def distortion_flips(store: Any, table: FlipTable, *, iterations: int, seed: int = 0) -> DistortionResult:
+    """Ask the store (None: not asked, no section), in one query, for the distortion of every (original, reconstruction) pair
+    the benchmark's questions were sent as, and compute the flips against it. A store that keeps
+    no distortion, or none for these images, gives the reason instead of a figure."""
+    if not table.arms or store is None:
+        return DistortionResult(None)
+    fetch = getattr(store, "distortions", None)
+    if fetch is None:
+        return DistortionResult(None, absent="the store these answers were read from keeps no distortion per image "
+                                "(it was written before distortion was measured)")
+    pairs = table.pairs()
+    if not pairs:
+        return DistortionResult(None, absent="no answer of a reconstruction arm records the sha256 of the images sent")
+    try:
+        got = dict(fetch(pairs))
+    except sqlite3.Error as exc:
+        return DistortionResult(None, absent=f"the store's distortion table could not be read ({exc}); "
+                                "the answers' figures are unaffected")
+    if not got:
+        return DistortionResult(None, absent=(
+            "no distortion is stored for the images these answers were sent as (it is measured when an image is "
+            "prepared: answers stored before that, or reconstructions identical to the original, have none)"))
+    psnr = {k: getattr(v, "psnr", None) for k, v in got.items()}
+    return DistortionResult(table.analyse(psnr, iterations=iterations, seed=seed), got)

@@ -18,14 +18,15 @@ from typing import Any
 
 from pytest_satbench.core import analysis as AN
 from pytest_satbench.core import arms as A
+from pytest_satbench.core import distortion_flips as DF
 from pytest_satbench.core import formatting as F
 from pytest_satbench.core.figures_json import aggregate_views, figure_key
 from pytest_satbench.core.results import BenchmarkResult
 from pytest_satbench.core.stats import GroupStats
 from pytest_satbench.core.text_summary import not_run_line, render_stats, shard_line, subset_line
-from pytest_satbench.core.usage import ServerUsage
+from pytest_satbench.core.usage import ServerUsage, resized_line, visual_summary
 from pytest_satbench.report import plots
-from pytest_satbench.report.build import token_curve
+from pytest_satbench.report.build import DistortionResult, token_curve
 from pytest_satbench.report.why import reasons_text
 from pytest_satbench.report.document import (
     Block,
@@ -112,12 +113,13 @@ def _text(header: str | Rich) -> Column:
 
 def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Mapping[str, Any]] | None,
           gallery: Sequence[Entry], gallery_total: int, *, answers: AN.AnswerAnalysis | None = _COMPUTE,
-          asked_anew: Mapping[str, int] | None = None) -> Document:
+          asked_anew: Mapping[str, int] | None = None, distortion: DistortionResult | None = None) -> Document:
     """The report of one benchmark of a run. `protocol` is protocol.json's content;
     `gallery` the first regressed questions with their thumbnails, of `gallery_total`;
     `answers` the result's `core.analysis.analyse` when the caller has it (None: no answer
     classes, grounding only); `asked_anew` the run's answers asked anew by reason
-    (`report.why.asked_anew`; None: not computed, no sentence)."""
+    (`report.why.asked_anew`; None: not computed, no sentence); `distortion` the flips against
+    distortion (`report.build.distortion_flips`; None: not computed, no section)."""
     st = data.stats
     arms = list(st.arms)
     labels, _ = A.arm_labels(arms)
@@ -147,7 +149,9 @@ def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Ma
     doc.add(*_figures(data, labels))
     doc.add(*_views(data, labels))
     doc.add(*_tokens(data))
+    doc.add(*_visual_tokens(data, labels))
     doc.add(*_answers(data, answers, labels))
+    doc.add(*_distortion(data, distortion, labels))
     doc.add(*_noise_floor(data))
     doc.add(*_samples(data))
     doc.add(*_usage(data, labels))
@@ -156,7 +160,7 @@ def build(data: BenchmarkResult, protocol: Mapping[str, Any], gates: Sequence[Ma
     doc.add(Heading(2, rich("Terminal summary")), Preformatted(tuple(render_stats(st))))
     doc.add(Paragraph(rich(
         "Files: ", Code("summary.json"), " (all numbers), ", Code("per_type.csv"), ", ",
-        Code("answer_classes.csv"), ", ", Code("answer_transitions.csv"), ", ", Code("predictions.jsonl"), " (every answer), ", Code("protocol.json"), " (what was measured), ",
+        Code("answer_classes.csv"), ", ", Code("answer_transitions.csv"), ", ", Code("per_image.csv"), ", ", Code("predictions.jsonl"), " (every answer), ", Code("protocol.json"), " (what was measured), ",
         Code("report.html"), " (plots and the gallery).",
     )))
     return doc
@@ -674,4 +678,129 @@ def _regressed(gallery: Sequence[Entry], total: int, labels: Mapping[str, str]) 
                          for p in e.panels], "; ")
         rows.append((cell(e.key), cell(", ".join(e.types)), cell(e.text[:QUESTION_CHARS]), cell(e.answer), cell(answers)))
     out.append(Table(tuple(_text(h) for h in ("key", "type", "question", "ground truth", "answers")), tuple(rows)))
+    return out
+
+# --------------------------------------------------------------------------- why: tokens, distortion
+
+def _visual_tokens(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
+    """Per arm: the prompt tokens the server reported, paired with the original's and the blind
+    arm's (the image's own visual tokens, as the server counts them), the codec's tokens, and
+    the accuracy per 1,000 of each kind (`core.usage.visual_summary`)."""
+    st = data.stats
+    acc = {a: s.accuracy for a, s in st.overall.accuracy.items() if s.n}
+    summary = visual_summary(data.usage, acc)
+    if not summary:
+        return [Heading(2, rich("Visual tokens")),
+                Paragraph(rich("The servers reported no prompt tokens and no codec reports tokens per image."))]
+    rows = []
+    for arm, v in summary.items():
+        rows.append((
+            cell(Code(labels.get(arm, arm))), cell(str(v["answers_with_prompt_tokens"])),
+            cell(F.number(v["prompt_tokens_mean"], ",.1f")),
+            cell(F.MISSING if arm == A.ORIG or not v["paired_orig"]
+                 else f"{F.number(v['delta_orig_mean'], '+.1f')} ({v['differ_orig']} of {v['paired_orig']} differ)"),
+            cell(F.number(v["server_visual_tokens_mean"], ",.1f")),
+            cell(F.number(v["codec_tokens_per_image"], "g")),
+            cell(_percent(v["accuracy"])),
+            cell(F.number(v["accuracy_per_1k_server_visual_tokens"], ".3f")),
+            cell(F.number(v["accuracy_per_1k_codec_tokens"], ".3f")),
+        ))
+    out: list[Block] = [
+        Heading(2, rich("Visual tokens")),
+        Paragraph(rich(
+            "Prompt tokens are what the server reported (", Code("usage.prompt_tokens"), "), the mean over the arm's "
+            "answers that reported them; delta vs ", Code(A.ORIG), " is the mean paired difference on the same "
+            "question (every arm is sent at the same geometry with the same text, so a difference means the server "
+            "resized or tokenised the two images differently); server visual tokens are the mean paired difference "
+            "from the ", Code(A.BLIND), " arm's prompt (no image), the image's own tokens as the server counts them ("
+            , Code("--blind"), " to measure them); codec tokens per image are the codec's own (One-D-Piece: latent "
+            "tokens x tiles), the mean over the arm's answers. Accuracy (exact match, every question) per 1,000 "
+            "tokens = 1000 x accuracy / mean tokens, for each kind.")),
+        Table((_text("arm"), _num("answers with prompt tokens"), _num("mean prompt tokens"),
+               _num(rich("delta vs ", Code(A.ORIG))), _num("server visual tokens"), _num("codec tokens per image"),
+               _num("accuracy"), _num("accuracy / 1k server visual tokens"), _num("accuracy / 1k codec tokens")),
+              tuple(rows)),
+    ]
+    line = resized_line(data.usage, labels)
+    if line:
+        out.append(Notice(rich(line[:1].upper() + line[1:] + ".")))
+    return out
+
+
+def _psnr(lo: float, hi: float) -> str:
+    def one(x: float) -> str:
+        return "inf" if x == float("inf") else F.number(x, ".1f")
+
+    if lo != lo:  # NaN: an empty bin
+        return F.MISSING
+    return one(lo) if lo == hi else f"{one(lo)}-{one(hi)}"
+
+
+def _rate(r: DF.Rate) -> str:
+    if not r.n:
+        return F.MISSING
+    return f"{_accuracy_with_interval(r.value, r.ci_low, r.ci_high)} ({r.events}/{r.n})"
+
+
+def _slope(s: DF.Slope) -> str:
+    if s.slope is None:
+        sign = {-1: " (negative)", 1: " (positive)"}.get(s.sign, "")
+        return f"none: {s.reason}{sign}"
+    return f"{F.number(s.slope, '+.3f')} [{F.number(s.ci_low, '+.3f')}, {F.number(s.ci_high, '+.3f')}]"
+
+
+def _distortion(data: BenchmarkResult, got: DistortionResult | None, labels: Mapping[str, str]) -> list[Block]:
+    """Per reconstruction arm and type: regression and improvement rates by PSNR quintile of the
+    images (a chart per arm in HTML), and the slope of a logistic fit of "regressed" on PSNR."""
+    if got is None or (got.flips is None and got.absent is None):
+        return []  # not computed here, or no reconstruction arm
+    out: list[Block] = [Heading(2, rich("Flips against distortion"))]
+    if got.flips is None:
+        out.append(Paragraph(rich(f"No figure: {got.absent}.")))
+        return out
+    fl = got.flips
+    out.append(Paragraph(rich(
+        f"Per reconstruction arm, the images are ranked by the arm's PSNR against the original (as sent) and cut into "
+        f"{fl.bins} bins of equal image count, Q1 the most distorted; images with equal PSNR share a bin (identical "
+        "reconstructions, PSNR inf, rank last). Regression = the share of the questions ", Code(A.ORIG),
+        " got right that the arm got wrong; improvement = the share of those it got wrong that the arm got right; "
+        "each with its 95% interval (bootstrap clustered by image, fixed sample, given the bins). The slope is a "
+        "logistic fit of regressed on PSNR (log-odds per dB) over the questions the original got right, with a 95% "
+        "cluster-robust (by image) interval: negative means right answers are lost more often on worse images. "
+        "Association only: badly reconstructed images are also busy scenes; PSNR is not what a VLM sees. "
+        "Every image in ", Code("per_image.csv"), ".")))
+    slopes: list[tuple[Cell, ...]] = []
+    for arm, af in fl.by_arm.items():
+        label = labels.get(arm, arm)
+        overall = af.by_type.get(DF.ALL_TYPES)
+        ticks = [f"Q{b.index} {_psnr(b.psnr_low, b.psnr_high)}" for b in overall.bins] if overall else []
+        series = {t: [(b.regressed.value, b.regressed.ci_low, b.regressed.ci_high) if b.regressed.n else None
+                      for b in tf.bins] for t, tf in af.by_type.items()}
+        out.append(Heading(3, rich(Code(label), f": flips by PSNR bin ({af.images} images)")))
+        if af.images:
+            out.append(Figure(plots.rates_by_bin(series, ticks, f"{data.benchmark} / {label}: regression rate by PSNR bin",
+                                                 "PSNR bin (dB), most distorted first")))
+        rows = []
+        for t, tf in af.by_type.items():
+            for b in tf.bins:
+                rows.append((cell(t), cell(f"Q{b.index}"), cell(_psnr(b.psnr_low, b.psnr_high)), cell(str(b.images)),
+                             cell(str(b.questions)), cell(_rate(b.regressed)), cell(_rate(b.improved))))
+            s = tf.slope
+            slopes.append((cell(Code(label)), cell(t), cell(str(s.questions)), cell(str(s.images)),
+                           cell(str(s.regressed)), cell(_slope(s))))
+        out.append(Table((_text("type"), _text("bin"), _num("PSNR (dB)"), _num("images"), _num("questions"),
+                          _num("regression"), _num("improvement")), tuple(rows)))
+        notes = []
+        if af.without_distortion:
+            notes.append(f"{af.without_distortion} of its {af.questions} questions are on images with no distortion "
+                         "stored and are in no bin")
+        if af.infinite:
+            notes.append(f"{af.infinite} images were reconstructed identically (PSNR inf): binned, not in the slope")
+        if notes:
+            out.append(Paragraph(rich("; ".join(notes)[:1].upper() + "; ".join(notes)[1:] + ".")))
+    out += [
+        Heading(3, rich("Association: regressed against PSNR")),
+        Table((_text("arm"), _text("type"), _num(rich("questions ", Code(A.ORIG), " right")), _num("images"),
+               _num("regressed"), _text("slope per dB [95% CI]")), tuple(slopes)),
+    ]
     return out

@@ -1,5 +1,5 @@
 """The machine-readable files: summary.json, per_type.csv, answer_classes.csv,
-answer_transitions.csv, predictions.jsonl, protocol.json."""
+answer_transitions.csv, per_image.csv, predictions.jsonl, protocol.json."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import json
 import math
 import os
 import time
+from array import array
+from collections.abc import Hashable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,9 @@ from pytest_satbench.core import analysis as AN
 from pytest_satbench.core import arms as A
 from pytest_satbench.core.figures_json import aggregate_views, figure_key
 from pytest_satbench.core.redact import redact
+from pytest_satbench.core.distortion_flips import FlipTable
 from pytest_satbench.core.results import BenchmarkResult, QuestionResult
+from pytest_satbench.core.usage import visual_summary
 from pytest_satbench.report.gallery import Entry
 
 ACC_FIELDS = ("n", "correct", "accuracy", "ci_low", "ci_high", "errors", "truncated", "unparseable", "parsed", "coverage", "missing")
@@ -32,6 +36,10 @@ CSV_HEADER = (
 CLASSES_HEADER = ("type", "arm", "answer", "n", "correct", "recall", "balanced_accuracy",
                   "majority_answer", "majority_accuracy")
 TRANSITIONS_HEADER = ("type", "arm", "orig_answer", "recon_answer", "count")
+# per_image.csv: one row per image and reconstruction arm (report/build.py's flip table)
+PER_IMAGE_HEADER = ("image_id", "arm", "questions", "orig_correct", "arm_correct", "regressed", "improved",
+                    "psnr", "ssim", "msssim", "lpips")
+DISTORTION_FIELDS = ("psnr", "ssim", "msssim", "lpips")
 
 
 def _clean(v: Any) -> Any:
@@ -66,7 +74,8 @@ def limited(data: BenchmarkResult) -> int | None:
 
 
 def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gallery_total: int, gallery: list[Entry],
-                 analysis: AN.AnswerAnalysis | None = None, asked_anew: dict[str, int] | None = None) -> dict[str, Any]:
+                 analysis: AN.AnswerAnalysis | None = None, asked_anew: dict[str, int] | None = None,
+                 distortion: Any = None) -> dict[str, Any]:
     st = data.stats
     clipped = clipped_by_arm(data)
     return {
@@ -92,6 +101,12 @@ def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gall
         "noise_floor": data.noise_floor.to_dict() if data.noise_floor else None,
         # --samples K > 1 only: mean-of-K, majority vote, agreement and the delta on mean-of-K
         **({"samples": data.samples.to_dict()} if data.samples is not None else {}),
+        # per arm: prompt tokens as the server reported them, paired with orig's and blind's, the
+        # codec's tokens, accuracy per 1,000 of each (core.usage.visual_summary)
+        "visual_tokens": visual_summary(data.usage, {a: s.accuracy for a, s in st.overall.accuracy.items() if s.n}),
+        # flips against distortion (core.distortion_flips); null without a reconstruction arm, and
+        # {"absent": why} when the store keeps no distortion for these images
+        "distortion_flips": _distortion_dict(distortion),
         # --precision / --margin: the confidence sequences in the run's order (None without)
         "sequential": data.sequential,
         "gates": gates if gates else [],
@@ -104,6 +119,14 @@ def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gall
         "generated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "report_version": __version__,
     }
+
+
+def _distortion_dict(distortion: Any) -> dict[str, Any] | None:
+    if distortion is None or (distortion.flips is None and distortion.absent is None):
+        return None
+    if distortion.flips is None:
+        return {"absent": distortion.absent}
+    return distortion.flips.to_dict()
 
 
 def statistics_dict(data: BenchmarkResult) -> dict[str, Any]:
@@ -164,6 +187,20 @@ def write_answer_csvs(classes: Path, transitions: Path, analysis: AN.AnswerAnaly
                 w.writerow({k: "" if v is None or (isinstance(v, float) and math.isnan(v)) else v for k, v in row.items()})
 
 
+def write_per_image_csv(path: Path, table: FlipTable, by_pair: Mapping[Hashable, Any]) -> None:
+    """per_image.csv: per image and reconstruction arm, its questions (those the original and the
+    arm both have), how many each got right, regressed and improved, and the arm's distortion
+    for the image (empty where none is stored)."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(PER_IMAGE_HEADER)
+        for image, arm, counts, pair in table.per_image():
+            d = by_pair.get(pair) if pair is not None else None
+            values = [getattr(d, f, None) if d is not None else None for f in DISTORTION_FIELDS]
+            w.writerow([image, arm, *counts, *("" if v is None or (isinstance(v, float) and math.isnan(v))
+                                               else ("inf" if v == math.inf else v) for v in values)])
+
+
 # json.dumps(..., ensure_ascii=False) makes a new encoder on every call; one is reused here
 _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 _STRING = json.encoder.encode_basestring  # what that encoder writes for a str (C, as ensure_ascii=False)
@@ -194,6 +231,10 @@ class PredictionsWriter:
         self.rows = 0
         self._fh: Any = open(self.tmp, "w", encoding="utf-8")
         self._servers: dict[str | None, Any] = {None: None}  # a run has a few servers: redact each once
+        # per line, the (orig sha256, arm sha256) pair of a reconstruction arm's row (-1: none), so
+        # commit() can add its distortion, known only once every question is read
+        self._pairs: dict[tuple[str, str], int] = {}
+        self._line_pairs = array("i")
 
     def add(self, it: QuestionResult) -> None:
         q = it.question
@@ -202,7 +243,13 @@ class PredictionsWriter:
             "nodeid": it.nodeid, "key": q.key, "types": list(it.types), "image_id": q.image.id,
             "question": q.text, "ground_truth": q.answer,
         })[:-1]
+        orig = it.rows.get(A.ORIG)
+        orig_sha = orig.image_sha256 if orig is not None else None
         for arm, row in it.rows.items():
+            if orig_sha and row.image_sha256 and A.is_recon(arm):
+                self._line_pairs.append(self._pairs.setdefault((orig_sha, row.image_sha256), len(self._pairs)))
+            else:
+                self._line_pairs.append(-1)
             sc = it.scores.get(arm)
             latency, cost = row.latency_s, row.cost
             views = _ENCODE({k: _finite(v) for k, v in sc.views}) if sc and sc.views else "{}"
@@ -229,11 +276,29 @@ class PredictionsWriter:
             got = self._servers[server] = redact(server)
         return got
 
-    def commit(self) -> int:
-        """Close the file and put it in place; returns the rows written."""
+    def commit(self, distortions: Mapping[Hashable, Any] | None = None) -> int:
+        """Close the file and put it in place; returns the rows written. With `distortions` (by
+        (orig sha256, arm sha256), `ResultStore.distortions`), every reconstruction arm's line gets
+        its psnr, ssim, msssim and lpips (null where unknown): the lines are copied once more."""
         self._fh.close()
+        if distortions:
+            self._add_distortions(distortions)
         os.replace(self.tmp, self.path)
         return self.rows
+
+    def _add_distortions(self, distortions: Mapping[Hashable, Any]) -> None:
+        fields: list[str] = [""] * len(self._pairs)
+        for pair, code in self._pairs.items():
+            d = distortions.get(pair)
+            values = [getattr(d, f, None) if d is not None else None for f in DISTORTION_FIELDS]
+            # +inf (an identical reconstruction) is not JSON: written as the string "inf"
+            fields[code] = "".join(f', "{f}": ' + ('"inf"' if v == math.inf else _J(_finite(v) if isinstance(v, float) else v))
+                                   for f, v in zip(DISTORTION_FIELDS, values, strict=True))
+        out = self.tmp.with_name(self.tmp.name + ".d")
+        with open(self.tmp, encoding="utf-8", newline="") as src, open(out, "w", encoding="utf-8", newline="") as dst:
+            for line, code in zip(src, self._line_pairs, strict=True):
+                dst.write(line if code < 0 else line[:-2] + fields[code] + "}\n")
+        os.replace(out, self.tmp)
 
     def discard(self) -> None:
         self._fh.close()
@@ -257,6 +322,8 @@ def protocol_dict(data: BenchmarkResult) -> dict[str, Any]:
     p["codecs"] = codec_info(arms, p.get("codec_identity"))
     p["arm_labels"] = {a: arm_label(a) for a in arms if A.is_recon(a)}  # as every table labels them
     p["models_returned"] = data.usage.total.models
+    if p.get("servers_file"):  # --servers @FILE: the fleet changed as the file did; who served
+        p["servers_served"] = sorted(data.usage.by_server)
     p["box_grid_effective"] = data.score_options.box_grid
     p["iou_effective"] = data.score_options.iou
     return redact(p)

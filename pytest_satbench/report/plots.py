@@ -202,3 +202,52 @@ def _frame(title: str, width: float, height: float, left: float, right: float, y
         parts.append(f'<line x1="{_f(left)}" x2="{_f(right)}" y1="{_f(y(tick))}" y2="{_f(y(tick))}" stroke="#dddddd"/>')
         parts.append(f'<text x="{_f(left - 6)}" y="{_f(y(tick) + 4)}" font-size="11" text-anchor="end">{int(tick * 100)}%</text>')
     return parts
+
+
+def rates_by_bin(series: dict[str, list[tuple[float, float, float] | None]], ticks: list[str], title: str,
+                 x_label: str) -> str:
+    """A rate (y, 0-100%) per bin (x, `ticks` left to right), one line per series (a question
+    type) with its interval as whiskers; a bin with no value (None, or a NaN rate) breaks the
+    line. `series`: name -> per bin (rate, interval low, interval high)."""
+    names = list(series)
+    colours = {n: (BLIND_COLOUR if i == len(names) - 1 and len(names) > 1 else PALETTE[(i + 1) % len(PALETTE)])
+               for i, n in enumerate(names)}
+    left, top, pw, ph = 52.0, 34.0, 460.0, 220.0
+    legend_w = 30 + 7 * max((len(n) for n in names), default=4)
+    width, height = left + pw + legend_w + 30, top + ph + 56
+    k = max(1, len(ticks))
+    step = pw / k
+
+    def px(i: int, j: int) -> float:  # the j-th series is nudged so whiskers do not overlap
+        return left + step * (i + 0.5) + (j - (len(names) - 1) / 2) * min(6.0, step / (2 * max(1, len(names))))
+
+    def py(v: float) -> float:
+        return top + ph * (1 - v)
+
+    parts = _frame(title, width, height, left, left + pw, py)
+    for i, t in enumerate(ticks):
+        parts.append(f'<text x="{_f(left + step * (i + 0.5))}" y="{_f(top + ph + 16)}" font-size="11" '
+                     f'text-anchor="middle">{escape(t)}</text>')
+    parts.append(f'<text x="{_f(left + pw / 2)}" y="{_f(top + ph + 40)}" font-size="12" text-anchor="middle">'
+                 f'{escape(x_label)}</text>')
+    for j, name in enumerate(names):
+        c = colours[name]
+        runs: list[list[str]] = [[]]
+        for i, got in enumerate(series[name]):
+            if got is None or not _finite(got[0]):
+                runs.append([])
+                continue
+            v, lo, hi = got
+            x, y = px(i, j), py(v)
+            runs[-1].append(f"{_f(x)},{_f(y)}")
+            if _finite(lo, hi):
+                parts.append(f'<line x1="{_f(x)}" x2="{_f(x)}" y1="{_f(py(lo))}" y2="{_f(py(hi))}" stroke="{c}" '
+                             'stroke-width="1.2"/>')
+            parts.append(f'<circle cx="{_f(x)}" cy="{_f(y)}" r="3.5" fill="{c}"><title>{escape(name)}, '
+                         f'{escape(ticks[i])}: {F.percent(v)}% (95% CI {F.percent_interval(lo, hi)})</title></circle>')
+        for run in runs:
+            if len(run) > 1:
+                parts.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="{" ".join(run)}"/>')
+    parts += legend(names, colours, left + pw + 16, top + 10)
+    parts.append("</svg>")
+    return "\n".join(parts)
