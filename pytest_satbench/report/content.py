@@ -455,7 +455,7 @@ def _samples(data: BenchmarkResult) -> list[Block]:
         Paragraph(rich(
             f"Every question was asked {k} times per arm (", Code(f"--samples {k}"), "; request seeds ",
             Code(", ".join("none" if s is None else str(s) for s in seeds) if seeds else "-"),
-            "; sample 1 is the arm itself, which the tables above read). Mean-of-", str(k),
+            "; sample 1 is the arm itself, which the per-type, paired and view tables read). Mean-of-", str(k),
             ": each question credited with the share of its answers that are right. Majority: its most frequent "
             "answer as the scorer normalises it (a tie goes to the earliest sample), credited when right; boxes "
             "have none (grounding questions count in mean-of-", str(k), " only, n maj says how many have one). "
