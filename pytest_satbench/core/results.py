@@ -127,6 +127,10 @@ class Coverage:
     planned: int  # the most questions of the benchmark any of them selected (protocol `planned`)
     limit: int | None  # their --limit; None when one of them ran without
     run_selected: int = 0  # questions the reporting run selected (its `planned`; 0: not recorded)
+    # `--shard` parts among them, when two or more of one split (a merged job array's stores):
+    # {"count": N, "parts": [I, ...], "questions": the benchmark's, "missing": the questions of
+    # the parts not here}; counts before -k (protocol "shard"); None otherwise
+    shards: Mapping[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -159,6 +163,8 @@ class BenchmarkResult:
     run_questions: int = 0
     run_selected: int = 0
     limit: int | None = None
+    # the `--shard` parts those runs are, when two or more of one split (`Coverage.shards`)
+    shards: Mapping[str, Any] | None = None
     # (figure, type) -> that figure over one type's questions, each decided by the figure's
     # verdict for it: the parts gates asked for (`benchmark_results(figure_parts=...)`)
     figure_parts: dict[tuple[str, str], AggregateStats] = field(default_factory=dict)
@@ -281,6 +287,7 @@ def benchmark_results(
         not_run=max(0, coverage.planned - len(items)), unfinished=unfinished,
         clipped_by_arm=dict(tally.clipped),
         runs=coverage.runs, run_questions=own, run_selected=coverage.run_selected, limit=coverage.limit,
+        shards=coverage.shards,
         figure_parts=parts,
         samples=summarize_samples(records, iterations=iterations, seed=seed, prepared=prepared) if k > 1 else None,
     )

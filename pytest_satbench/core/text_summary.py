@@ -111,7 +111,17 @@ def not_run_line(result: BenchmarkResult) -> str:
 
 def shard_line(result: BenchmarkResult) -> str | None:
     """What a `--shard I/N` run says of its part (terminal and reports); None: not a shard.
-    Counts before -k: with -k (or --lf, --deselect) it adds how many the run selected."""
+    Counts before -k: with -k (or --lf, --deselect) it adds how many the run selected. A report
+    that covers two or more parts of one split (`BenchmarkResult.shards`) names them instead."""
+    merged = result.shards
+    if merged:  # the report covers several parts of the split (a job array's stores merged)
+        parts, count, total = merged["parts"], merged["count"], merged["questions"]
+        listed = ", ".join(str(i) for i in parts)
+        if not merged["missing"]:
+            return f"shards {listed} of {count}: all {total:,} questions"
+        absent = [str(i) for i in range(1, count + 1) if i not in parts]
+        return (f"shards {listed} of {count}: {total - merged['missing']:,} of {total:,} questions; not here: "
+                f"shard{'s' if len(absent) != 1 else ''} {', '.join(absent)} ({merged['missing']:,} questions)")
     shard = result.protocol.get("shard") or {}
     counts = (shard.get("benchmarks") or {}).get(result.benchmark)
     if not counts:

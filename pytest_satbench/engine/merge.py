@@ -111,7 +111,8 @@ def merge_stores(sources: Iterable[Path], target: Path) -> MergeResult:
                 bad[src_path] = (f"{src_path}: cannot be read ({exc}); check that it and its folder are readable "
                                  "(SQLite reads its -wal and -shm files too)")
             except sqlite3.DatabaseError as exc:
-                bad[src_path] = f"{src_path}: not a satbench results store ({exc}); pass the store a run wrote (--store)"
+                bad[src_path] = (f"{src_path}: not a satbench results store ({exc}); pass the store a run wrote "
+                                 "(--store)")
             finally:
                 src.close()
         if bad:
@@ -246,7 +247,8 @@ def _conflicts(src: sqlite3.Connection, dst: sqlite3.Connection, path: Path, exi
         if differ:
             name, here, there = differ
             return (f"{path}: run {run_id} of tag {tag!r} measured with {name} {_short(here)}, the target's runs "
-                    f"of that tag (run {other}{'' if other in existing else ', merged just before'}) with {_short(there)}; merge it --into another store")
+                    f"of that tag (run {other}{'' if other in existing else ', merged just before'}) with "
+                    f"{_short(there)}; merge it --into another store")
     return None
 
 

@@ -153,7 +153,8 @@ def test_a_conflicting_protocol_is_refused_in_one_line_and_nothing_is_merged(tmp
         merge_stores([fine, other], target)
     assert err.value.lines == [
         f"{other}: run r2 of tag 't' measured with sampling {{'max_tokens': 128, 'temperature': 0.0}}, the target's "
-        "runs of that tag (run r1, merged just before) with {'max_tokens': 64, 'temperature': 0.0}; merge it --into another store"]
+        "runs of that tag (run r1, merged just before) with {'max_tokens': 64, 'temperature': 0.0}; merge it --into "
+        "another store"]
     assert _rows(target, "answers") == before and {r[0] for r in _rows(target, "runs")} == {"r0"}
     # from the command line: one line per bad input, then the verdict; exit 2
     assert report_main(["--merge", str(fine), str(other), str(tmp_path / "gone.sqlite"), "--into", str(target)]) == 2

@@ -201,6 +201,8 @@ def test_a_job_array_played_locally_reports_as_one_run(tmp_path: Path) -> None:
                                                                    rel=1e-5)
     summary = json.loads((whole / "summary.json").read_text())
     assert summary["questions"] == 24 and summary["not_run"] == 0
+    # the report says it covers every part (not the part of its newest run)
+    assert "Shards 1, 2, 3 of 3: all 24 questions" in (whole / "report.md").read_text()
     # the merge is all or nothing and adds nothing the second time
     again = subprocess.run(["bash", str(MERGE)], env=_env(project), cwd=project, capture_output=True, text=True,
                            timeout=BOUND_S)
@@ -220,3 +222,34 @@ def test_the_scripts_are_valid_bash_and_name_the_shard_options() -> None:
     assert '--shard "$SHARD"' in text and "SHARD=$((SLURM_ARRAY_TASK_ID + 1))/$SLURM_ARRAY_TASK_COUNT" in text
     assert "/health" in text and "vllm serve" in text
     assert "--merge" in MERGE.read_text() and "--into" in MERGE.read_text()
+
+
+def _run(run_id: str, index: int, count: int, shard_questions: int, questions: int = 24) -> dict[str, object]:
+    counts = {"questions": questions, "images": 20, "shard_questions": shard_questions, "shard_images": 5,
+              "planned": shard_questions}
+    return {"run_id": run_id, "protocol": {"planned": {"demo": shard_questions}, "shard": {
+        "index": index, "count": count, "scheme": "s", "benchmarks": {"demo": counts}}}}
+
+
+def test_a_merged_report_names_its_shards_and_the_missing_ones() -> None:
+    """`report.build` finds the parts of one split among the tag's runs (newest first); the line
+    a report shows names them, and the parts whose answers are not there."""
+    from types import SimpleNamespace
+
+    from pytest_satbench.core.text_summary import shard_line
+    from pytest_satbench.report.build import _coverage
+
+    def line(*runs: dict[str, object]) -> str | None:
+        cov = _coverage(list(runs), "demo")
+        newest = runs[0]["protocol"]
+        result = SimpleNamespace(shards=cov.shards, protocol=newest, benchmark="demo")
+        return shard_line(result)  # type: ignore[arg-type]
+
+    # one part alone says which part it is; the part run again is one part
+    assert line(_run("b", 2, 3, 8)) == "shard 2/3: 8 of 24 questions"
+    assert line(_run("c", 2, 3, 8), _run("b", 2, 3, 8)) == "shard 2/3: 8 of 24 questions"
+    assert line(_run("c", 3, 3, 8), _run("b", 2, 3, 8), _run("a", 1, 3, 8)) == "shards 1, 2, 3 of 3: all 24 questions"
+    assert line(_run("c", 3, 3, 7), _run("a", 1, 3, 9)) == (
+        "shards 1, 3 of 3: 16 of 24 questions; not here: shard 2 (8 questions)")
+    assert line(_run("d", 4, 4, 6), _run("a", 1, 4, 6)) == (
+        "shards 1, 4 of 4: 12 of 24 questions; not here: shards 2, 3 (12 questions)")
