@@ -317,41 +317,36 @@ def _type_flips(qtype: str, mask: np.ndarray, image: np.ndarray, orig: np.ndarra
     regressed = (o & ~r).astype(np.float64)
     improved = (~o & r).astype(np.float64)
     right, wrong = o.astype(np.float64), (~o).astype(np.float64)
-    ratios = _Ratios(im)  # the type's images, resampled as every interval of the reports resamples them
+    ratios = _Ratios(im)
     handles = []
     for k in range(bins):
         inb = (b == k).astype(np.float64)
         handles.append((ratios.ratio(regressed * inb, right * inb), ratios.ratio(improved * inb, wrong * inb)))
     ratios.resample(iterations, seed)
-    cluster_bin = np.zeros(ratios.n_clusters, dtype=np.int64)
-    cluster_bin[ratios.codes] = b
-    per_bin_img = np.bincount(cluster_bin, minlength=bins) if ratios.n_clusters else np.zeros(bins, dtype=np.int64)
-    per_bin = [np.bincount(b, weights=w, minlength=bins) for w in (np.ones_like(right), regressed, right, improved, wrong)]
     out = []
     for k, (h_reg, h_imp) in enumerate(handles):
-        questions, n_reg, n_right, n_imp, n_wrong = (int(c[k]) for c in per_bin)
-        if not questions:
+        inb = b == k
+        if not inb.any():
             out.append(FlipBin(k + 1, math.nan, math.nan, 0, 0, Rate(0, 0, math.nan, math.nan),
                                Rate(0, 0, math.nan, math.nan)))
             continue
-        xs = x[b == k]
-        reg = Rate(n_reg, n_right, *_ci(ratios, h_reg, level, n_right))
-        imp = Rate(n_imp, n_wrong, *_ci(ratios, h_imp, level, n_wrong))
-        out.append(FlipBin(k + 1, float(xs.min()), float(xs.max()), int(per_bin_img[k]), questions, reg, imp))
-    return TypeFlips(qtype, int(mask.sum()), ratios.n_clusters, tuple(out),
-                     _slope(x, o, r, ratios.codes, ratios.n_clusters, level))
+        xs = x[inb]
+        reg = Rate(int(regressed[inb].sum()), int(right[inb].sum()), *_ci(ratios, h_reg, level, int(right[inb].sum())))
+        imp = Rate(int(improved[inb].sum()), int(wrong[inb].sum()), *_ci(ratios, h_imp, level, int(wrong[inb].sum())))
+        out.append(FlipBin(k + 1, float(xs.min()), float(xs.max()), int(np.unique(im[inb]).size), int(inb.sum()),
+                           reg, imp))
+    return TypeFlips(qtype, int(mask.sum()), int(np.unique(im).size), tuple(out),
+                     _slope(x, o, r, im, level))
 
 
 def _ci(ratios: _Ratios, handle: int, level: float, n: int) -> tuple[float, float]:
     return ratios.interval([handle], level) if n else (math.nan, math.nan)
 
 
-def _slope(x: np.ndarray, orig: np.ndarray, recon: np.ndarray, codes: np.ndarray, n_clusters: int,
-           level: float) -> Slope:
+def _slope(x: np.ndarray, orig: np.ndarray, recon: np.ndarray, image: np.ndarray, level: float) -> Slope:
     keep = orig & np.isfinite(x)
-    xs, ys, gs = x[keep], (~recon[keep]).astype(np.float64), codes[keep]
-    n, events = int(keep.sum()), int(ys.sum())
-    groups = int(np.count_nonzero(np.bincount(gs, minlength=n_clusters))) if n else 0
+    xs, ys, gs = x[keep], (~recon[keep]).astype(np.float64), image[keep]
+    n, events, groups = int(keep.sum()), int(ys.sum()), int(np.unique(gs).size)
 
     def none(reason: str, sign: int = 0) -> Slope:
         return Slope(n, groups, events, None, None, None, reason, sign)

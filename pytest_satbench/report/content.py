@@ -25,6 +25,7 @@ from pytest_satbench.core.results import BenchmarkResult
 from pytest_satbench.core.stats import GroupStats
 from pytest_satbench.core.text_summary import not_run_line, render_stats, shard_line, subset_line
 from pytest_satbench.core.usage import ServerUsage, resized_line, visual_summary
+from pytest_satbench.engine.config import sampling_of
 from pytest_satbench.report import plots
 from pytest_satbench.report.build import DistortionResult, token_curve
 from pytest_satbench.report.why import reasons_text
@@ -185,7 +186,7 @@ def _intro(data: BenchmarkResult, protocol: Mapping[str, Any], labels: Mapping[s
             "proportion to its size (at least one per type, fixed seed), so overall accuracy estimates the full "
             "run's; per-type figures rest on fewer questions."))] if limit else []),
         Paragraph(rich(
-            "Prompt style ", Code(str(protocol.get("prompt_style"))), f", sampling {protocol.get('sampling')}, "
+            "Prompt style ", Code(str(protocol.get("prompt_style"))), f", sampling: {_sampling(protocol)}, "
             "box grid ", Code(str(data.score_options.box_grid)), ", IoU ", Code(str(data.score_options.iou)),
             f". {_order(protocol)}Answers re-scored from the stored raw text. API errors and unparseable answers stay in the "
             "denominator and count as wrong; a truncated answer stays too, scored on what it contains. "
@@ -193,6 +194,22 @@ def _intro(data: BenchmarkResult, protocol: Mapping[str, Any], labels: Mapping[s
             f"image ({st.iterations} resamples, seed {st.seed}).",
         )),
     ]
+
+
+def _sampling(protocol: Mapping[str, Any]) -> str:
+    """The model settings the requests carried (protocol.json's `sampling`), those not sent left out."""
+    import json
+
+    got = sampling_of(protocol)
+    first = ("temperature", "max_tokens", "top_p", "seed", "system_prompt", "extra_body")
+    shown = []
+    for key in [*(k for k in first if k in got), *(k for k in got if k not in first)]:
+        value = got[key]
+        if value is None:
+            continue
+        text = json.dumps(value, sort_keys=True) if isinstance(value, dict | list | str) else str(value)
+        shown.append(f"{key} {text if len(text) <= 80 else text[:77] + '...'}")
+    return ", ".join(shown)
 
 
 def _order(protocol: Mapping[str, Any]) -> str:

@@ -246,7 +246,7 @@ class PredictionsWriter:
         orig = it.rows.get(A.ORIG)
         orig_sha = orig.image_sha256 if orig is not None else None
         for arm, row in it.rows.items():
-            if orig_sha and row.image_sha256 and A.is_recon(A.image_arm(arm)):  # a sample sends its arm's image
+            if orig_sha and row.image_sha256 and A.is_recon(arm):
                 self._line_pairs.append(self._pairs.setdefault((orig_sha, row.image_sha256), len(self._pairs)))
             else:
                 self._line_pairs.append(-1)

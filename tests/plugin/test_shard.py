@@ -47,6 +47,7 @@ def collected(pytester: pytest.Pytester, data: Path, *args: str) -> list[str]:
 def test_the_shards_hold_every_selected_item_once(pytester: pytest.Pytester, data: Path,
                                                   extra: tuple[str, ...]) -> None:
     whole = collected(pytester, data, *extra)
+    everything = collected(pytester, data, *[a for a in extra if a not in ("-k", "presence or img13")])
     assert len(whole) > 10
     shards = [collected(pytester, data, "--shard", f"{i}/3", *extra) for i in (1, 2, 3)]
     flat = [node for shard in shards for node in shard]
@@ -61,7 +62,7 @@ def test_the_shards_hold_every_selected_item_once(pytester: pytest.Pytester, dat
     else:
         # balanced within one image's questions (6), of the questions before -k
         sizes = [len(s) for s in shards]
-        assert max(sizes) - min(sizes) <= 6
+        assert max(sizes) - min(sizes) <= 6 and sum(sizes) == len(everything)
 
 
 def test_unreadable_records_fail_in_shard_1_and_extra_shards_are_empty(pytester: pytest.Pytester) -> None:
@@ -83,8 +84,10 @@ def test_unreadable_records_fail_in_shard_1_and_extra_shards_are_empty(pytester:
     parts = [nodes("--shard", f"{i}/2") for i in (1, 2)]
     assert "test_bench.py::test_vrsbench_ref[record1]" in parts[0]
     assert sorted(parts[0] + parts[1]) == sorted(whole)
-    # more parts than images: part 4 of 4 holds none of its questions (3 images, and record1 in part 1)
-    assert nodes("--shard", "4/4") == []
+    # more parts than images: the last parts hold none of its questions (3 images, 5 parts)
+    five = [nodes("--shard", f"{i}/5") for i in range(1, 6)]
+    assert sorted(n for part in five for n in part) == sorted(whole)
+    assert sum(1 for part in five if part) == 3 and five[4] == []
 
 
 @pytest.mark.parametrize(("value", "line"), [
