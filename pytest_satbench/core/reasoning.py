@@ -15,8 +15,10 @@ longer about a worse reconstruction is a question users ask:
   never closed): the model spent `--max-new` thinking. They are answers, scored on what they
   contain (usually wrong, as the official rules score an empty answer), never retried.
 
-Counted over the arm's answers ("ok" rows) that carry reasoning; the mean and median are of
-those answers. Clipping (`--max-answer-chars`) shortens the stored reasoning text, not its
+Counted over the arm's answers ("ok" rows), its --repeat-orig and --samples asks included
+(`arms.image_arm`: an arm's asks are one model looking at one image), the judge's replies left
+out (they are not the model measured); the mean and median are over the answers that carry
+reasoning. Clipping (`--max-answer-chars`) shortens the stored reasoning text, not its
 length (`reasoning_chars` is the length before clipping).
 """
 
@@ -28,6 +30,7 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pytest_satbench.core import arms as A
 from pytest_satbench.core.records import AnswerRow
 from pytest_satbench.core.scoring import final_answer
 
@@ -87,9 +90,10 @@ class ReasoningTally:
         self._arms: dict[str, _Arm] = {}
 
     def add(self, rows: Mapping[str, AnswerRow]) -> None:
-        for arm, r in rows.items():
-            if r.status != "ok":
+        for asked, r in rows.items():
+            if r.status != "ok" or A.is_judge(asked):
                 continue
+            arm = A.image_arm(asked)
             a = self._arms.get(arm)
             if a is None:
                 a = self._arms[arm] = _Arm()

@@ -72,6 +72,11 @@ def test_the_tally_reports_tokens_estimates_and_cut_offs() -> None:
     assert s.tokens_mean == pytest.approx(sum(values) / 3) and s.tokens_median == pytest.approx(values[1])
     assert estimated_tokens(rows[2]) == pytest.approx(20 * 4 / 21)
     assert thinking_cut_off(rows[1]) and not thinking_cut_off(rows[4])
+    pooled = ReasoningTally()  # an arm's repeats and samples are its answers; the judge's are not
+    pooled.add({"orig": _row("yes", chars=4, tokens=2), "orig~2": _row("no", chars=6, tokens=4),
+                "orig@2": _row("no", chars=2, tokens=6), "judge:orig": _row("yes", chars=99, tokens=99)})
+    got = pooled.stats()
+    assert list(got) == ["orig"] and (got["orig"].answers, got["orig"].tokens_mean) == (3, 4.0)
     never = ReasoningTally()
     never.add({"orig": _row("yes", completion=2)})
     assert never.stats() == {}  # a model that never reasons: no figures
