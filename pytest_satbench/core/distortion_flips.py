@@ -13,9 +13,9 @@ once):
 - **PSNR quintiles by image**: the arm's images with a PSNR are ranked by it and cut into
   `BINS` groups of equal image count, bin 1 the most distorted (lowest PSNR). Images with the
   same PSNR always share a bin: an image's bin is ``floor(BINS * r / n)``, r the number of
-  images with a strictly lower PSNR, n the images ranked; so ties (and every identical
-  reconstruction, PSNR = +inf, ranked above every finite PSNR) go together to the bin of their
-  first rank, and bins can be uneven or empty. The edges are the arm's, over all its images, so
+  images with a strictly lower PSNR, n the images ranked; so ties go together to the bin of
+  their first rank, every identical reconstruction (PSNR = +inf) to the last bin, and bins can
+  be uneven or empty. The edges are the arm's, over all its images, so
   a type's bin 1 is the same PSNR range for every type (a type present on few images may have
   few in a bin). Questions whose pair has no PSNR (no distortion stored) are counted, never
   binned.
@@ -263,13 +263,16 @@ class FlipTable:
 
 def psnr_bins(values: np.ndarray, bins: int = BINS) -> np.ndarray:
     """Each value's bin, 0 the lowest: floor(bins * r / n), r = values strictly lower, so equal
-    values share a bin (+inf ranks above every finite value). `values` holds no NaN."""
+    values share a bin; +inf (an identical reconstruction) is always in the last bin, even when
+    most values are. `values` holds no NaN."""
     values = np.asarray(values, dtype=np.float64)
     n = values.size
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     lower = np.searchsorted(np.sort(values), values, side="left")
-    return np.minimum(bins - 1, (bins * lower) // n).astype(np.int64)
+    out = np.minimum(bins - 1, (bins * lower) // n).astype(np.int64)
+    out[np.isposinf(values)] = bins - 1  # identical reconstructions: the least distorted bin, however many
+    return out
 
 
 def _arm_flips(arm: str, c: _Columns, by_pair: np.ndarray, type_names: Mapping[int, tuple[str, ...]],
@@ -317,36 +320,41 @@ def _type_flips(qtype: str, mask: np.ndarray, image: np.ndarray, orig: np.ndarra
     regressed = (o & ~r).astype(np.float64)
     improved = (~o & r).astype(np.float64)
     right, wrong = o.astype(np.float64), (~o).astype(np.float64)
-    ratios = _Ratios(im)
+    ratios = _Ratios(im)  # the type's images, resampled as every interval of the reports resamples them
     handles = []
     for k in range(bins):
         inb = (b == k).astype(np.float64)
         handles.append((ratios.ratio(regressed * inb, right * inb), ratios.ratio(improved * inb, wrong * inb)))
     ratios.resample(iterations, seed)
+    cluster_bin = np.zeros(ratios.n_clusters, dtype=np.int64)
+    cluster_bin[ratios.codes] = b
+    per_bin_img = np.bincount(cluster_bin, minlength=bins) if ratios.n_clusters else np.zeros(bins, dtype=np.int64)
+    per_bin = [np.bincount(b, weights=w, minlength=bins) for w in (np.ones_like(right), regressed, right, improved, wrong)]
     out = []
     for k, (h_reg, h_imp) in enumerate(handles):
-        inb = b == k
-        if not inb.any():
+        questions, n_reg, n_right, n_imp, n_wrong = (int(c[k]) for c in per_bin)
+        if not questions:
             out.append(FlipBin(k + 1, math.nan, math.nan, 0, 0, Rate(0, 0, math.nan, math.nan),
                                Rate(0, 0, math.nan, math.nan)))
             continue
-        xs = x[inb]
-        reg = Rate(int(regressed[inb].sum()), int(right[inb].sum()), *_ci(ratios, h_reg, level, int(right[inb].sum())))
-        imp = Rate(int(improved[inb].sum()), int(wrong[inb].sum()), *_ci(ratios, h_imp, level, int(wrong[inb].sum())))
-        out.append(FlipBin(k + 1, float(xs.min()), float(xs.max()), int(np.unique(im[inb]).size), int(inb.sum()),
-                           reg, imp))
-    return TypeFlips(qtype, int(mask.sum()), int(np.unique(im).size), tuple(out),
-                     _slope(x, o, r, im, level))
+        xs = x[b == k]
+        reg = Rate(n_reg, n_right, *_ci(ratios, h_reg, level, n_right))
+        imp = Rate(n_imp, n_wrong, *_ci(ratios, h_imp, level, n_wrong))
+        out.append(FlipBin(k + 1, float(xs.min()), float(xs.max()), int(per_bin_img[k]), questions, reg, imp))
+    return TypeFlips(qtype, int(mask.sum()), ratios.n_clusters, tuple(out),
+                     _slope(x, o, r, ratios.codes, ratios.n_clusters, level))
 
 
 def _ci(ratios: _Ratios, handle: int, level: float, n: int) -> tuple[float, float]:
     return ratios.interval([handle], level) if n else (math.nan, math.nan)
 
 
-def _slope(x: np.ndarray, orig: np.ndarray, recon: np.ndarray, image: np.ndarray, level: float) -> Slope:
+def _slope(x: np.ndarray, orig: np.ndarray, recon: np.ndarray, codes: np.ndarray, n_clusters: int,
+           level: float) -> Slope:
     keep = orig & np.isfinite(x)
-    xs, ys, gs = x[keep], (~recon[keep]).astype(np.float64), image[keep]
-    n, events, groups = int(keep.sum()), int(ys.sum()), int(np.unique(gs).size)
+    xs, ys, gs = x[keep], (~recon[keep]).astype(np.float64), codes[keep]
+    n, events = int(keep.sum()), int(ys.sum())
+    groups = int(np.count_nonzero(np.bincount(gs, minlength=n_clusters))) if n else 0
 
     def none(reason: str, sign: int = 0) -> Slope:
         return Slope(n, groups, events, None, None, None, reason, sign)

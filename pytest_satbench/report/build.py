@@ -257,6 +257,7 @@ class DistortionResult:
     flips: DistortionFlips | None
     by_pair: Mapping[Hashable, Any] = field(default_factory=dict)
     absent: str | None = None  # why flips is None (None too: no reconstruction arm, nothing to say)
+    lpips_weights: tuple[str, ...] = ()  # sha256 of the LPIPS weights the stored values were computed with
 
 
 def flip_pair(it: QuestionResult, arm: str) -> tuple[str, str] | None:
@@ -302,4 +303,8 @@ def distortion_flips(store: Any, table: FlipTable, *, iterations: int, seed: int
             "no distortion is stored for the images these answers were sent as (it is measured when an image is "
             "prepared: answers stored before that, or reconstructions identical to the original, have none)"))
     psnr = {k: getattr(v, "psnr", None) for k, v in got.items()}
-    return DistortionResult(table.analyse(psnr, iterations=iterations, seed=seed), got)
+    weights: tuple[str, ...] = ()
+    used = getattr(store, "lpips_weights_used", None)
+    if used is not None and any(getattr(v, "lpips", None) is not None for v in got.values()):
+        weights = tuple(sorted(used(list(got))))
+    return DistortionResult(table.analyse(psnr, iterations=iterations, seed=seed), got, lpips_weights=weights)

@@ -697,6 +697,7 @@ def _regressed(gallery: Sequence[Entry], total: int, labels: Mapping[str, str]) 
     out.append(Table(tuple(_text(h) for h in ("key", "type", "question", "ground truth", "answers")), tuple(rows)))
     return out
 
+
 # --------------------------------------------------------------------------- why: tokens, distortion
 
 def _visual_tokens(data: BenchmarkResult, labels: Mapping[str, str]) -> list[Block]:
@@ -779,13 +780,15 @@ def _distortion(data: BenchmarkResult, got: DistortionResult | None, labels: Map
     out.append(Paragraph(rich(
         f"Per reconstruction arm, the images are ranked by the arm's PSNR against the original (as sent) and cut into "
         f"{fl.bins} bins of equal image count, Q1 the most distorted; images with equal PSNR share a bin (identical "
-        "reconstructions, PSNR inf, rank last). Regression = the share of the questions ", Code(A.ORIG),
+        "reconstructions, PSNR inf, are in the last). Regression = the share of the questions ", Code(A.ORIG),
         " got right that the arm got wrong; improvement = the share of those it got wrong that the arm got right; "
         "each with its 95% interval (bootstrap clustered by image, fixed sample, given the bins). The slope is a "
         "logistic fit of regressed on PSNR (log-odds per dB) over the questions the original got right, with a 95% "
         "cluster-robust (by image) interval: negative means right answers are lost more often on worse images. "
         "Association only: badly reconstructed images are also busy scenes; PSNR is not what a VLM sees. "
-        "Every image in ", Code("per_image.csv"), ".")))
+        "Every image in ", Code("per_image.csv"), " with its PSNR, SSIM, MS-SSIM and LPIPS (",
+        *((f"from the weights with sha256 {', '.join(w[:12] for w in got.lpips_weights)}",) if got.lpips_weights
+          else ("not measured: ", Code("--lpips-weights"), " was not given")), ").")))
     slopes: list[tuple[Cell, ...]] = []
     for arm, af in fl.by_arm.items():
         label = labels.get(arm, arm)

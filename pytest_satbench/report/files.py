@@ -126,7 +126,7 @@ def _distortion_dict(distortion: Any) -> dict[str, Any] | None:
         return None
     if distortion.flips is None:
         return {"absent": distortion.absent}
-    return distortion.flips.to_dict()
+    return {**distortion.flips.to_dict(), "lpips_weights": list(distortion.lpips_weights)}
 
 
 def statistics_dict(data: BenchmarkResult) -> dict[str, Any]:
@@ -246,7 +246,7 @@ class PredictionsWriter:
         orig = it.rows.get(A.ORIG)
         orig_sha = orig.image_sha256 if orig is not None else None
         for arm, row in it.rows.items():
-            if orig_sha and row.image_sha256 and A.is_recon(arm):
+            if orig_sha and row.image_sha256 and A.is_recon(A.image_arm(arm)):  # a sample sends its arm's image
                 self._line_pairs.append(self._pairs.setdefault((orig_sha, row.image_sha256), len(self._pairs)))
             else:
                 self._line_pairs.append(-1)

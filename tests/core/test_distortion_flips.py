@@ -18,6 +18,8 @@ def test_bins_by_rank_keep_ties_together_and_put_infinite_psnr_last() -> None:
     got = psnr_bins(np.array([10.0, 20, 20, 20, 50, 60, 70, 80, math.inf, math.inf]))
     assert got.tolist() == [0, 0, 0, 0, 2, 2, 3, 3, 4, 4]
     assert psnr_bins(np.array([5.0, 5, 5, 5])).tolist() == [0, 0, 0, 0]  # one PSNR: one bin
+    # identical reconstructions are the least distorted, however many there are
+    assert psnr_bins(np.array([math.inf, math.inf, math.inf, 30.0])).tolist() == [4, 4, 4, 0]
     assert psnr_bins(np.array([])).tolist() == []
 
 

@@ -158,6 +158,8 @@ def test_flips_sit_on_the_most_distorted_images_and_tokens_are_paired(pytester: 
         assert "## Flips against distortion" in md and "No figure: the store these answers" in md
     else:  # the store measures distortion as it prepares the images: the same figures as below
         assert summary["distortion_flips"]["by_arm"][arm]["by_type"]["all types"]["bins"][0]["regression"]["rate"] == 1.0
+        assert summary["distortion_flips"]["lpips_weights"] == []
+        assert "LPIPS (not measured: `--lpips-weights` was not given)" in md
 
     # the report from a store that measured each pair's distortion
     store_path = pytester.path / ".pytest_cache" / "d" / "satbench" / "results.sqlite"
