@@ -10,8 +10,8 @@ What a merge does, and why it can be trusted:
   source's own definition; a column a source lacks (an older store) is left to the target's
   default (NULL where there is none).
 - It never duplicates a row: a table with a primary key or unique constraint keeps the row
-  already there (`ON CONFLICT DO NOTHING`); a table without one (or with only a rowid) gets a
-  source row only when no equal row is there. Merging twice is a no-op.
+  already there (`ON CONFLICT DO NOTHING`); a table without one (or with only a rowid) gets the
+  source's rows that no row there equals (`EXCEPT`, whole rows). Merging twice is a no-op.
 - Answers follow the store's rule (`engine/store.py`): an error never replaces an answer; of
   two answers (or two errors) with the same key, the later one (`created`) is kept.
 - A run whose recorded protocol conflicts with the target's newest run of the same tag is
@@ -328,21 +328,28 @@ def _copy_table(src: sqlite3.Connection, dst: sqlite3.Connection, table: str) ->
     elif unique:
         # not OR IGNORE: that would also skip, without a word, a row a NOT NULL or CHECK refuses
         sql = f"INSERT INTO {_ident(table)} ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING"
-    else:
-        same = " AND ".join(f"{_ident(c)} IS ?" for c in cols)
-        sql = (f"INSERT INTO {_ident(table)} ({names}) SELECT {marks} "
-               f"WHERE NOT EXISTS (SELECT 1 FROM {_ident(table)} WHERE {same})")
+    else:  # no key: the source's rows go to a scratch table, and those not already there are added
+        dst.execute(f"CREATE TEMP TABLE _satbench_merge AS SELECT {names} FROM main.{_ident(table)} WHERE 0")
+        sql = f"INSERT INTO temp._satbench_merge ({names}) VALUES ({marks})"
     order = " ORDER BY rowid" if _has_rowid(src, table) else ""  # run items: the order they were recorded in
     cur = src.execute(f"SELECT {names} FROM {_ident(table)}{order}")
     before = dst.total_changes
-    while True:
-        rows = cur.fetchmany(_BATCH)
-        if not rows:
-            break
-        try:
-            dst.executemany(sql, rows if unique else [(*r, *r) for r in rows])
-        except sqlite3.IntegrityError as exc:
-            raise _RowRefused(table, str(exc)) from None
+    try:
+        while True:
+            rows = cur.fetchmany(_BATCH)
+            if not rows:
+                break
+            dst.executemany(sql, rows)
+        if not unique:
+            before = dst.total_changes
+            # EXCEPT compares whole rows, NULL equal to NULL, by sorting: not a scan per row
+            dst.execute(f"INSERT INTO main.{_ident(table)} ({names}) SELECT {names} FROM temp._satbench_merge "
+                        f"EXCEPT SELECT {names} FROM main.{_ident(table)}")
+    except sqlite3.IntegrityError as exc:
+        raise _RowRefused(table, str(exc)) from None
+    finally:
+        if not unique:
+            dst.execute("DROP TABLE IF EXISTS temp._satbench_merge")
     return dst.total_changes - before
 
 

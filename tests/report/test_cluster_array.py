@@ -143,6 +143,7 @@ def _figures(folder: Path) -> tuple[dict[str, object], list[object]]:
     return out, measured
 
 
+@pytest.mark.slow  # a dozen Python processes (tasks, servers, merges, reports): ~40 s, more on a busy machine
 def test_a_job_array_played_locally_reports_as_one_run(tmp_path: Path) -> None:
     project = _project(tmp_path)
     stores = project / "stores"
