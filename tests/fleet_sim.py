@@ -454,6 +454,8 @@ def _handler_for(sim: SimServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/v1/models":
+                with sim.inflight:
+                    sim.model_lists += 1
                 self._json(200, {"object": "list", "data": [{
                     "id": params.model, "object": "model", "created": int(engine.started_at),
                     "owned_by": "sim", "root": params.model, "max_model_len": 4096}]})
@@ -503,6 +505,14 @@ def _handler_for(sim: SimServer) -> type[BaseHTTPRequestHandler]:
             prompt_tokens = len(text) // CHARS_PER_TOKEN + 1 + IMAGE_TOKENS * images
             with sim.inflight:
                 sim.inflight_n += 1
+                sim.arrived += 1
+                n = sim.arrived
+                if sim.hold_from is not None and n > sim.hold_from:  # `hold()`: a stalled server
+                    sim.holding += 1
+                    sim.inflight.notify_all()
+                    sim.inflight.wait_for(lambda: sim.hold_from is None or n <= sim.hold_from)
+                    sim.holding -= 1
+                    sim.inflight.notify_all()
             try:
                 self._answer(text, max_tokens, prompt_tokens)
             finally:
@@ -579,6 +589,10 @@ class SimServer:
         # before it cuts connections.
         self.inflight = threading.Condition()
         self.inflight_n = 0
+        self.arrived = 0  # chat requests received, held ones too
+        self.model_lists = 0  # GET /v1/models answered (a client's health checks)
+        self.hold_from: int | None = None  # `hold()`: chat requests after this many arrivals wait
+        self.holding = 0  # chat requests waiting now
 
     @property
     def url(self) -> str:
@@ -602,6 +616,7 @@ class SimServer:
         if self._httpd is None or self._closed:
             return
         self._closed = True
+        self.release()
         self._httpd.shutdown()
         self.engine.close()
         with self.inflight:
@@ -627,6 +642,25 @@ class SimServer:
 
     def stats(self) -> SimStats:
         return self.engine.stats()
+
+    def hold(self, after: int = 0) -> None:
+        """Chat requests that arrive after `after` more wait, before the engine, until
+        `release()`: a server that stalls at a known point of a run (its requests stay in
+        flight), for tests that must see a client move on whatever the timing."""
+        with self.inflight:
+            self.hold_from = self.arrived + after
+
+    def release(self) -> None:
+        """Let the held requests on (returns once they have left the hold)."""
+        with self.inflight:
+            self.hold_from = None
+            self.inflight.notify_all()
+            self.inflight.wait_for(lambda: self.holding == 0, timeout=5.0)
+
+    def held(self) -> int:
+        """Chat requests waiting in `hold()` now."""
+        with self.inflight:
+            return self.holding
 
 
 @contextlib.contextmanager

@@ -27,8 +27,18 @@ called once on each transition (down when first refused, up at its next answer),
 from the thread of the request that saw it; `server_states()` and `last_answer_at()` tell a
 watchdog how the servers are doing.
 
+A fleet that changes. `set_servers(urls)` makes the fleet these servers from now on, and a
+pool given a `FileFleet` (`--servers @FILE`, engine/fleetfile.py) calls it from its control
+thread when the file changes (it stats the file about once a second). A new server gets the
+start-up check (GET /v1/models, and it must list the model the run asks for) on a thread of
+its own, retried with a growing pause while it fails, and joins with a fresh limit; a removed
+server gets no new request, its requests in flight finish and their answers count, and its
+counters stay in `usage()` (the reports' traffic table). A removal that would leave no server
+serving waits until a listed one has joined. `on_notice(line)` gets one line per change.
+
 The file is over 500 lines because ServerPool is one state machine under one lock: slot
-choice, retries, servers up and down, limits and counters all read and write the same
+choice, retries, servers up and down, servers joining and leaving, limits and counters all
+read and write the same
 `_Server` records, and the snapshots it hands out (ServerCounters, ServerState, ServerLoad)
 are those records' public faces.
 """
@@ -60,6 +70,7 @@ from pytest_satbench.engine.failures import (
     health_failure,
     transport_failure,
 )
+from pytest_satbench.engine.fleetfile import FileFleet
 from pytest_satbench.engine.limits import EngineMetrics, Limiter, LimitPoint
 from pytest_satbench.engine.transport import (
     Connections,
@@ -93,6 +104,10 @@ METRICS_TIMEOUT_S = 2.0
 # Health checks are a GET of a tiny list; a server that cannot answer it in this time is not
 # ready, whatever --request-timeout says.
 HEALTH_TIMEOUT_S = 60.0
+# A server file is stat'ed this often (from the control thread); a new server that fails its
+# health check is checked again after 1 s, doubling up to this.
+FLEET_POLL_S = 1.0
+JOIN_RETRY_MAX_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +220,15 @@ class _Server:
     failures: int = 0
     retries: int = 0
     usage_dropped: int = 0
+    # the fleet (set_servers): False while a new server's health check has not passed
+    joined: bool = True
+    retired: bool = False  # no longer listed: no new request
+    checking: bool = False  # a health-check thread is running for it
+    held_said: bool = False  # "no longer listed, but serving until a listed one joins" was said
+
+    @property
+    def serving(self) -> bool:
+        return self.joined and not self.retired
 
 
 class ServerPool:
@@ -219,6 +243,8 @@ class ServerPool:
     the URL without credentials); a server on a port of the day keeps one name across runs.
     `concurrency`: a ConcurrencySpec (default: adaptive per-server limits, engine.concurrency);
     an int is a fixed cap on the whole pool, shared by fewest in flight.
+    `fleet`: the server file to follow (engine/fleetfile.py); `on_notice(line)`: called with
+    one line per change of the fleet (a server joining or leaving, a bad line of the file).
     """
 
     def __init__(self, urls: Sequence[str], *, timeout: float = config_default("request_timeout"),
@@ -229,7 +255,8 @@ class ServerPool:
                  max_reply_bytes: int = MAX_REPLY_BYTES, max_text_chars: int = MAX_TEXT_CHARS,
                  model_aliases: Iterable[str] = frozenset(),
                  on_state_change: Callable[[str, bool, str], None] | None = None,
-                 names: Sequence[str] | None = None) -> None:
+                 names: Sequence[str] | None = None, fleet: FileFleet | None = None,
+                 on_notice: Callable[[str], None] | None = None) -> None:
         if isinstance(urls, str):
             urls = [u for u in urls.split(",") if u.strip()]
         if not urls:
@@ -272,24 +299,17 @@ class ServerPool:
             raise ValueError(f"{len(names)} server names for {len(norm)} servers")
         shown = list(names) if names is not None else [_display(u) for u in norm]
         started = time.monotonic()
-        self._servers = [
-            _Server(url=u, name=name, limiter=concurrency.limiter(started), conns=Connections(
-                u, connect_timeout=self.connect_timeout, read_timeout=self.timeout, headers=headers,
-                proxies=proxies, max_body=self.max_reply_bytes))
-            for u, name in zip(norm, shown, strict=True)
-        ]
+        self._headers, self._proxies = headers, proxies
         self._secrets = [self._api_key] if self._api_key else []
-        for srv in self._servers:
-            proxy = srv.conns.proxy
-            srv.route = srv.name if proxy is None else f"{srv.name} via proxy {proxy.display}"
-            # A very short password would also match ordinary words of the message.
-            if proxy is not None and proxy.password and len(proxy.password) >= 6:
-                self._secrets.append(proxy.password)
+        # replaced, never changed in place, when servers join: a loop over it needs no lock
+        self._servers = [self._new_server(u, name, started) for u, name in zip(norm, shown, strict=True)]
         self._lock = threading.Lock()
         self._slot_freed = threading.Condition(self._lock)  # a request ended or a limit rose
-        for srv in self._servers:
-            if not concurrency.metrics:
-                srv.metrics = False
+        self._fleet = fleet
+        self._source = f"--servers @{fleet.path}" if fleet is not None else "the server list"
+        self._wanted = set(norm)  # the servers listed now
+        self.on_notice = on_notice
+        self._model: str | None = None  # what resolve_model settled on: a joining server must list it
         self._total_cap = concurrency.total_cap
         self._in_flight = 0
         self._peak_in_flight = 0
@@ -305,6 +325,19 @@ class ServerPool:
         self._notify_lock = threading.RLock()  # a callback that asks must not deadlock
 
     # ------------------------------------------------------------------ setup
+    def _new_server(self, url: str, name: str, now: float) -> _Server:
+        srv = _Server(url=url, name=name, limiter=self.concurrency.limiter(now), conns=Connections(
+            url, connect_timeout=self.connect_timeout, read_timeout=self.timeout, headers=self._headers,
+            proxies=self._proxies, max_body=self.max_reply_bytes))
+        proxy = srv.conns.proxy
+        srv.route = srv.name if proxy is None else f"{srv.name} via proxy {proxy.display}"
+        # A very short password would also match ordinary words of the message.
+        if proxy is not None and proxy.password and len(proxy.password) >= 6 and proxy.password not in self._secrets:
+            self._secrets.append(proxy.password)
+        if not self.concurrency.metrics:
+            srv.metrics = False
+        return srv
+
     def __repr__(self) -> str:
         urls = ", ".join(s.name for s in self._servers)
         key = ", api_key=<set>" if self._api_key else ""
@@ -318,8 +351,8 @@ class ServerPool:
 
     @property
     def urls(self) -> list[str]:
-        """The servers as named in answers, usage and errors (no credentials)."""
-        return [s.name for s in self._servers]
+        """The servers new requests go to, as named in answers, usage and errors (no credentials)."""
+        return [s.name for s in self._servers if s.serving]
 
     def _scrub(self, text: str) -> str:
         """Last line of defence: servers (and proxies) do echo credentials in error bodies."""
@@ -333,7 +366,7 @@ class ServerPool:
         problems: list[str] = []
         result: dict[str, list[str]] = {}
         proxied = False  # a failure on the way through a proxy that the reason does not explain
-        for srv in self._servers:
+        for srv in [s for s in self._servers if s.serving]:
             try:
                 ids = self._list_models(srv)
             except AttemptFailed as e:
@@ -362,9 +395,14 @@ class ServerPool:
     def resolve_model(self, requested: str | None) -> str:
         """The model to ask for. None: the one model every server lists; given: every server
         must list it. Runs the health check first if it has not run."""
-        if any(s.models is None for s in self._servers):
+        self._model = self._resolve_model(requested)
+        return self._model
+
+    def _resolve_model(self, requested: str | None) -> str:
+        live = [s for s in self._servers if s.serving]
+        if any(s.models is None for s in live):
             self.health_check()
-        listed = {s.name: list(s.models or []) for s in self._servers}
+        listed = {s.name: list(s.models or []) for s in live}
 
         def show(ids: list[str]) -> str:
             more = f", ... ({len(ids)} in all)" if len(ids) > 5 else ""
@@ -460,6 +498,7 @@ class ServerPool:
                     raise RuntimeError("ServerPool is closed")
                 now = time.monotonic()
                 n = len(self._servers)
+                self._rr %= n
                 start = self._rr
                 self._rr = (self._rr + 1) % n
                 best: _Server | None = None
@@ -467,6 +506,8 @@ class ServerPool:
                 soonest = math.inf
                 if self._total_cap is None or self._in_flight < self._total_cap:
                     for i, srv in enumerate(self._servers):
+                        if not srv.serving:
+                            continue  # joining (health check) or left the fleet
                         if srv.not_before > now:
                             soonest = min(soonest, srv.not_before)
                             continue
@@ -595,10 +636,16 @@ class ServerPool:
         self._control.start()
 
     def _steer(self) -> None:
-        """Ticks every server's limiter, with its /metrics when it serves them."""
+        """Ticks every server's limiter, with its /metrics when it serves them; follows the
+        server file, when there is one."""
         while not self._control_stop.wait(CONTROL_PERIOD_S):
+            if self._fleet is not None:
+                with contextlib.suppress(Exception):  # a file that cannot be followed keeps the fleet
+                    changed = self._fleet.poll(every_s=FLEET_POLL_S)
+                    if changed is not None:
+                        self.set_servers(changed)
             for srv in self._servers:
-                if srv.down:
+                if srv.down or not srv.serving:
                     continue  # its cool-down probes it; the limit waits for its answers
                 metrics = None
                 if srv.metrics is not False:
@@ -627,20 +674,22 @@ class ServerPool:
         return found
 
     def loads(self) -> list[ServerLoad]:
-        """Each server's in flight, limit and counters now, in --servers order."""
+        """Each server's in flight, limit and counters now, in --servers order (a server that
+        left the fleet while its requests are still in flight too)."""
         with self._lock:
             return [ServerLoad(s.name, not s.down, s.in_flight, s.limiter.limit,
-                               s.requests, s.answered, s.failures, s.retries) for s in self._servers]
+                               s.requests, s.answered, s.failures, s.retries)
+                    for s in self._servers if s.serving or s.in_flight]
 
     def limits(self) -> dict[str, int]:
-        """Each server's in-flight limit now."""
+        """Each serving server's in-flight limit now."""
         with self._lock:
-            return {s.name: s.limiter.limit for s in self._servers}
+            return {s.name: s.limiter.limit for s in self._servers if s.serving}
 
     def max_in_flight(self) -> int:
         """The most this pool can have in flight now (what a caller should keep queued)."""
         with self._lock:
-            room = sum(s.limiter.limit for s in self._servers)
+            room = sum(s.limiter.limit for s in self._servers if s.serving)
         return room if self._total_cap is None else min(room, self._total_cap)
 
     def peak_in_flight(self) -> int:
@@ -648,8 +697,13 @@ class ServerPool:
         return self._peak_in_flight
 
     def max_possible_in_flight(self) -> int:
-        """The most it could ever have in flight (the caps): threads to provision."""
-        room = len(self._servers) * self.concurrency.server_cap
+        """The most it could ever have in flight (the caps): threads to provision. A pool that
+        follows a server file counts on twice the servers it has (at least two more): servers
+        may join, and threads are started only as they are needed."""
+        n = sum(1 for s in self._servers if s.serving)
+        if self._fleet is not None:
+            n = max(2 * n, n + 2)
+        room = n * self.concurrency.server_cap
         return room if self._total_cap is None else min(room, self._total_cap)
 
     # ------------------------------------------------------------------ state
@@ -664,7 +718,7 @@ class ServerPool:
                 s.name: ServerState(server=s.name, up=not s.down, last_answer_at=s.last_answer_at,
                                     last_error=s.last_error, last_error_at=s.last_error_at,
                                     failures_in_a_row=s.failures_in_a_row)
-                for s in self._servers
+                for s in self._servers if s.serving
             }
 
     # ------------------------------------------------------------------ accounting
@@ -677,7 +731,7 @@ class ServerPool:
                     limit=s.limiter.limit, limit_history=s.limiter.history, max_in_flight=s.max_in_flight,
                     steered_by=_steered_by(s, self.concurrency),
                 )
-                for s in self._servers
+                for s in self._servers if s.joined or s.requests  # those that left the fleet too
             }
 
     def close(self) -> None:
@@ -689,6 +743,119 @@ class ServerPool:
             self._control.join(timeout=5)
         for s in self._servers:
             s.conns.close()
+
+
+    # ------------------------------------------------------------------ a fleet that changes
+    def set_servers(self, urls: Sequence[str]) -> None:
+        """The fleet is these servers from now on. A new one joins once it passes the start-up
+        health check (on a thread of its own); one no longer listed gets no new request once
+        a listed server serves. Raises ValueError for a URL that is not an http(s) base URL."""
+        norm = list(dict.fromkeys(_normalise_url(u) for u in urls))
+        if not norm:
+            raise ValueError("set_servers: no server given")
+        notices: list[str] = []
+        joining: list[_Server] = []
+        with self._slot_freed:
+            if self._closed:
+                return
+            self._wanted = set(norm)
+            by_url = {s.url: s for s in self._servers}
+            now = time.monotonic()
+            for u in norm:
+                srv = by_url.get(u)
+                if srv is None:
+                    srv = self._new_server(u, _display(u), now)
+                    srv.joined = False
+                    self._servers = [*self._servers, srv]
+                elif srv.retired:  # listed again: checked again, and a fresh limit
+                    srv.retired, srv.joined = False, False
+                elif srv.joined or srv.checking:
+                    continue
+                srv.checking = True
+                joining.append(srv)
+            notices += self._reconcile()
+            self._slot_freed.notify_all()
+        self._say_all(notices)
+        for srv in joining:
+            threading.Thread(target=self._join, args=(srv,), name="satbench-join", daemon=True).start()
+
+    def _reconcile(self, say_held: bool = False) -> list[str]:
+        """Retire the serving servers that are no longer listed, once a listed one serves
+        (under _lock); returns the lines to say (with `say_held`, once, that unlisted servers
+        keep serving)."""
+        if not any(s.serving and s.url in self._wanted for s in self._servers):
+            if not say_held:
+                return []
+            held = [s for s in self._servers if s.serving and s.url not in self._wanted and not s.held_said]
+            for s in held:
+                s.held_said = True
+            return [f"{self._source}: no listed server has passed its health check yet: "
+                    f"{', '.join(s.name for s in held)} keep(s) serving until one does"] if held else []
+        out = []
+        for s in self._servers:
+            if s.serving and s.url not in self._wanted:
+                s.retired, s.held_said = True, False
+                out.append(f"{self._source}: server {s.name} left the fleet: no new request goes to it"
+                           + (f"; its {s.in_flight} request(s) in flight finish" if s.in_flight else ""))
+        return out
+
+    def _join(self, srv: _Server) -> None:
+        """Health-check a listed server until it passes (it joins), leaves the list, or the
+        pool closes."""
+        delay, said = 1.0, None
+        while True:
+            with self._lock:
+                if self._closed or srv.url not in self._wanted:
+                    srv.checking = False
+                    return
+            try:
+                ids = self._list_models(srv)
+                problem = None
+                if self._model is not None and self._model not in ids:
+                    shown = ", ".join(ids[:5]) + (f", ... ({len(ids)} in all)" if len(ids) > 5 else "")
+                    problem = f"it does not serve model {self._model!r} (it lists: {shown or 'nothing'})"
+            except AttemptFailed as e:
+                problem = f"{e.reason}; {e.advice}" if e.advice else e.reason
+            except Exception as e:  # noqa: BLE001 (the pool closed under it, a bug): not this thread's to raise
+                problem = f"{type(e).__name__}: {e}"
+            if self._closed:
+                srv.checking = False
+                return
+            if problem is None:
+                with self._slot_freed:
+                    if self._closed or srv.url not in self._wanted:
+                        srv.checking = False
+                        return
+                    srv.models = ids
+                    srv.limiter = self.concurrency.limiter(time.monotonic())  # a fresh limit
+                    srv.joined, srv.checking = True, False
+                    srv.down, srv.not_before, srv.consecutive_failures = False, 0.0, 0
+                    notices = [f"{self._source}: server {srv.name} joined the fleet "
+                               f"(health check passed{f', serves {self._model!r}' if self._model else ''})"]
+                    notices += self._reconcile()
+                    self._slot_freed.notify_all()
+                self._say_all(notices)
+                return
+            if problem != said:
+                said = problem
+                lines = [f"{self._source}: server {srv.route} fails the health check GET /v1/models "
+                         f"({problem}); it gets no request, checked again every {JOIN_RETRY_MAX_S:.0f} s "
+                         "at most until it passes or leaves the list"]
+                with self._lock:
+                    lines += self._reconcile(say_held=True)
+                self._say_all(lines)
+            if self._control_stop.wait(delay):
+                with self._lock:
+                    srv.checking = False
+                return
+            delay = min(JOIN_RETRY_MAX_S, delay * 2)
+
+    def _say_all(self, lines: list[str]) -> None:
+        if self.on_notice is None:
+            return
+        for line in lines:
+            with contextlib.suppress(Exception):  # a reporting hook must not fail the fleet
+                self.on_notice(self._scrub(line))
 
 
 def _steered_by(srv: _Server, spec: ConcurrencySpec) -> str:

@@ -16,6 +16,7 @@ from pytest_satbench.engine.concurrency import ConcurrencySpec
 
 if TYPE_CHECKING:  # (the codecs' registry loads entry points: not at every pytest start-up)
     from pytest_satbench.codecs.base import ArmSpec
+    from pytest_satbench.engine.fleetfile import ServerList
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class RuntimeConfig:
     # Recorded in protocol.json as given: how the run was invoked and what it read.
     command: tuple[str, ...] = ()
     servers_shown: tuple[str, ...] = ()  # how the servers are named in protocol.json
+    # --servers @FILE: its first reading (engine/fleetfile.py), `urls` its servers; the pool
+    # follows the file, and says each change of the fleet with `on_servers_notice(line)`
+    servers_file: ServerList | None = field(default=None, compare=False)
+    on_servers_notice: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     dataset_hashes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     limit: int | None = None
     planned: Mapping[str, int] = field(default_factory=dict)  # questions selected per benchmark
@@ -100,6 +105,8 @@ class RuntimeConfig:
             "command": list(self.command),
             "model": model,
             "servers": list(self.servers_shown or self.urls),
+            # the list at the start, read from this file and followed as it changed
+            **({"servers_file": str(self.servers_file.path)} if self.servers_file is not None else {}),
             "sampling": self.sampling(),
             "prompt_style": self.prompt_style,
             "box_grid": self.box_grid,

@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future
-from typing import Protocol
+from typing import Any, Protocol
 
 from pytest_satbench.codecs.base import build_codecs
 from pytest_satbench.core import prompts, verdict
@@ -85,7 +85,7 @@ class Runtime:
 
     def _open(self, upcoming: Iterable[Askable] | None) -> None:
         cfg, stack = self.cfg, self._stack
-        self.pool = self._pool(list(cfg.urls))
+        self.pool = self._pool(list(cfg.urls), fleet=True)
         stack.callback(self.pool.close)
         try:
             self.pool.health_check()
@@ -160,7 +160,7 @@ class Runtime:
             stack.callback(self.lookahead.stop)
             self.lookahead.start()
 
-    def _pool(self, urls: list[str]) -> ServerPool:
+    def _pool(self, urls: list[str], fleet: bool = False) -> ServerPool:
         cfg = self.cfg
         return ServerPool(
             urls, timeout=cfg.request_timeout, retries=cfg.retries, concurrency=cfg.concurrency,
@@ -168,7 +168,17 @@ class Runtime:
             model_aliases=frozenset(cfg.model_aliases), on_state_change=cfg.on_server_state,
             # the builtin server's port changes every run: one name keeps its usage in one row
             names=list(cfg.servers_shown) if urls == list(cfg.urls) and len(cfg.servers_shown) == len(urls) else None,
+            **(self._fleet() if fleet else {}),
         )
+
+    def _fleet(self) -> dict[str, Any]:
+        """The server file the fleet's pool follows (--servers @FILE; never the judge's pool)."""
+        cfg = self.cfg
+        if cfg.servers_file is None:
+            return {}
+        from pytest_satbench.engine.fleetfile import FileFleet
+
+        return {"fleet": FileFleet(cfg.servers_file, say=cfg.on_servers_notice), "on_notice": cfg.on_servers_notice}
 
     def _open_judge(self) -> Judge | None:
         cfg = self.cfg

@@ -34,6 +34,7 @@ from pytest_satbench.engine.concurrency import ConcurrencySpec
 if TYPE_CHECKING:
     from pytest_satbench.codecs.base import ArmSpec
     from pytest_satbench.core.gates import Gate
+    from pytest_satbench.engine.fleetfile import ServerList
 
 GROUP = "satbench"
 
@@ -102,11 +103,13 @@ def _concurrency_spec(values: Mapping[str, Any]) -> ConcurrencySpec:
                            metrics=values["metrics"] == "auto")
 
 
-def _servers(where: str, raw: str) -> tuple[tuple[str, ...], bool]:
-    """(base URLs, builtin server wanted)."""
+def _servers(where: str, raw: str) -> tuple[tuple[str, ...], bool, ServerList | None]:
+    """(base URLs, builtin server wanted, the server file's first reading for @FILE)."""
+    if raw.strip().startswith("@"):
+        return _server_file(where, raw.strip()[1:])
     urls = [u.strip().rstrip("/") for u in raw.split(",") if u.strip()]
     if urls == ["builtin"]:
-        return (), True
+        return (), True, None
     for u in urls:
         if u == "builtin":
             raise pytest.UsageError(f"{where}: 'builtin' cannot be mixed with URLs; pass one or the other")
@@ -116,7 +119,28 @@ def _servers(where: str, raw: str) -> tuple[tuple[str, ...], bool]:
             )
         if u.endswith("/v1"):
             raise pytest.UsageError(f"{where}: pass the base URL without /v1, e.g. {u[:-3]}")
-    return tuple(dict.fromkeys(urls)), False
+    return tuple(dict.fromkeys(urls)), False, None
+
+
+def _server_file(where: str, raw: str) -> tuple[tuple[str, ...], bool, ServerList]:
+    """--servers @FILE: one URL per line, followed during the run (engine/fleetfile.py)."""
+    from pytest_satbench.engine.fleetfile import read_server_file
+
+    path = Path(raw).expanduser().resolve()
+    try:
+        got = read_server_file(path)
+    except FileNotFoundError:
+        raise pytest.UsageError(f"{where}: @{path}: no such file; write the servers' base URLs in it, one per "
+                                "line, or pass them comma-separated") from None
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or ("not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else exc)
+        raise pytest.UsageError(f"{where}: @{path} cannot be read ({why}); pass a readable text file of base "
+                                "URLs, one per line") from None
+    if not got.urls:
+        bad = f" ({got.problems[0]}{' ...' if len(got.problems) > 1 else ''})" if got.problems else ""
+        raise pytest.UsageError(f"{where}: @{path} lists no server{bad}; write base URLs like "
+                                "http://gpu1:8000, one per line")
+    return got.urls, False, got
 
 
 def _judge(where: str, raw: str) -> tuple[str, str | None]:
@@ -126,7 +150,7 @@ def _judge(where: str, raw: str) -> tuple[str, str | None]:
         raise pytest.UsageError(
             f"{where}: {raw!r} is not URL[,MODEL]; pass one judge server, e.g. http://judge:8000,gpt-4o-mini"
         )
-    urls, _ = _servers(where, url)  # the same checks as --servers (no /v1)
+    urls = _servers(where, url)[0]  # the same checks as --servers (no /v1)
     return urls[0], model or None
 
 
@@ -428,9 +452,11 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("--servers", "comma-separated OpenAI-compatible base URLs, or 'builtin' for the bundled reference server",
-           default=((), False), parse=_servers, fields=("servers", "builtin_server"), ini="satbench_servers",
-           metavar="URLS", default_doc="none"),
+    Option("--servers", "comma-separated OpenAI-compatible base URLs, 'builtin' for the bundled reference server, "
+           "or @FILE: one URL per line, read again when it changes, so servers join and leave during the run "
+           "(write --servers=@FILE: pytest reads a separate @FILE argument as its own arguments file)",
+           default=((), False, None), parse=_servers, fields=("servers", "builtin_server", "servers_file"),
+           ini="satbench_servers", metavar="URLS|@FILE", default_doc="none"),
     Option("--model", "model id to request", ini="satbench_model", metavar="ID", config="model",
            default_doc="the one model the servers list at /v1/models"),
     Option("--data-root", "folder holding the benchmarks", default=(None, ""), parse=_data_root,
@@ -599,6 +625,7 @@ class Settings:
 
     servers: tuple[str, ...] = _D["servers"]
     builtin_server: bool = _D["builtin_server"]
+    servers_file: ServerList | None = _D["servers_file"]  # --servers @FILE
     model: str | None = _D["model"]
     data_root: Path | None = _D["data_root"]
     data_root_source: str = _D["data_root_source"]
@@ -690,6 +717,10 @@ def _value(config: pytest.Config, opt: Option) -> Any:
 
 
 def parse_settings(config: pytest.Config) -> Settings:
+    args = list(config.invocation_params.args)
+    if any(a == "--servers" and b.startswith("@") for a, b in zip(args, args[1:])):
+        raise pytest.UsageError("--servers @FILE: pytest reads a separate @FILE argument as its own arguments file; "
+                                "write --servers=@FILE")
     values = {opt.dest: _value(config, opt) for opt in OPTIONS}
     kwargs: dict[str, Any] = {}
     for opt in OPTIONS:

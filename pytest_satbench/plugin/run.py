@@ -15,9 +15,11 @@ numpy and PIL are imported where a benchmark actually runs.
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +31,9 @@ from pytest_satbench.plugin.options import OPTIONS
 from pytest_satbench.plugin.runtest import run_question_item
 from pytest_satbench.plugin.signals import StopSignals
 from pytest_satbench.plugin.state import MODEL_SWAPPED_EXIT, SERVERS_GONE_EXIT, STORE_FAILED_EXIT, RunState
+
+# The same --servers @FILE line from several xdist workers within this time is said once.
+FLEET_LINE_REPEAT_S = 60.0
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -49,6 +54,7 @@ class RunController:
         self._compat: Any = None
         self._outcomes: dict[str, str] = {}  # node id -> outcome, from runtest to its report
         self._server_lines: queue.SimpleQueue[str] = queue.SimpleQueue()  # from request threads
+        self._fleet_said: dict[str, float] = {}  # a --servers @FILE line -> when it was last said
         self._stopped = threading.Event()
         self._seq_plugin: Any = _UNSET
         self._seq: dict[str, list[Any]] = {}  # node id -> what its report carries for --precision/--margin
@@ -76,6 +82,9 @@ class RunController:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.state.with_servers and not self.state.is_worker and not session.config.option.collectonly:
             self._check_store()  # before an xdist controller starts its workers
+        if self.settings.servers_file is not None:  # its bad lines, once (said on the controller only)
+            for line in self.settings.servers_file.problems:
+                self.state.say(f"satbench: {line}")
 
     def _check_store(self) -> None:
         """A store no answer could be kept in ends the run before it starts: one line, exit 4."""
@@ -179,6 +188,7 @@ class RunController:
             process=str(workerinput.get("workerid", "main")),
             command=("pytest", *state.config.invocation_params.args),
             servers_shown=("builtin reference server",) if s.builtin_server else (),
+            servers_file=s.servers_file, on_servers_notice=self._fleet_notice,
             dataset_hashes=state.dataset_hashes, planned=state.planned,
             order={"kind": "random", "seed": s.seed} if s.asking_order == "random" else {"kind": s.asking_order},
             sequential=seq.protocol() if (seq := self._sequential()) is not None else {},
@@ -220,6 +230,10 @@ class RunController:
         # called on a request thread: the line is written by pytest's thread (`say_server_states`)
         self._server_lines.put(f"satbench: server {server} is {'back' if up else 'DOWN'}: {reason}")
 
+    def _fleet_notice(self, line: str) -> None:
+        # a --servers @FILE change (engine/fleetfile.py, the pool's joins and leaves): as above
+        self._server_lines.put(f"satbench: {line}")
+
     def _drain_server_lines(self) -> list[str]:
         lines = []
         while True:
@@ -235,6 +249,12 @@ class RunController:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # the lines travel on the report, so an xdist worker's reach the controller's terminal
         for line in getattr(report, "satbench_lines", None) or ():
+            if line.startswith("satbench: --servers @"):
+                # every xdist worker follows the file and says the same change: once is enough
+                now = time.monotonic()
+                if now - self._fleet_said.get(line, -math.inf) < FLEET_LINE_REPEAT_S:
+                    continue
+                self._fleet_said[line] = now
             self.state.say(line)
 
     # ------------------------------------------------------------------ one item
