@@ -89,7 +89,9 @@ def summary_dict(data: BenchmarkResult, gates: list[dict[str, Any]] | None, gall
         "unfinished": data.unfinished,
         # the runs whose answers are here: a report covers every stored answer of its tag's questions
         "coverage": {"runs": list(data.runs), "run_selected": data.run_selected,
-                     "run_questions": data.run_questions, "subset": data.subset},
+                     "run_questions": data.run_questions, "subset": data.subset,
+                     # --shard parts covered, when two or more of one split (None otherwise)
+                     "shards": dict(data.shards) if data.shards else None},
         "arms": list(st.arms),
         "statistics": statistics_dict(data),
         # every figure the benchmark declares, under its own name; the headline first
