@@ -46,8 +46,8 @@ __all__ = ["MAY_DIFFER", "MergeError", "MergeResult", "merge_stores", "protocol_
 # resume): how and where a run was made, and how much of the benchmark it set out to answer.
 # Every other field must agree. `served_model` and `judge` are compared by the parts that change
 # answers (the weights' root, the judge's model), not by context length or address.
-MAY_DIFFER = frozenset({"command", "date", "servers", "planned", "shard", "limit", "order", "sequential",
-                        "plugin_version", "tag"})
+MAY_DIFFER = frozenset({"command", "date", "servers", "servers_file", "planned", "shard", "limit", "order",
+                        "sequential", "plugin_version", "tag"})
 
 _BATCH = 5000  # rows fetched and inserted at a time: a 222k-answer store is never held whole
 

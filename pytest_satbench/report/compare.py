@@ -80,8 +80,8 @@ ANSWER_CHARS = 300  # an answer as kept for the browser
 # the browser's directions: (as discordant.jsonl and the headings say it, the filter's value)
 DIRECTIONS = (("A right, B wrong", "a_right"), ("A wrong, B right", "b_right"))
 # protocol fields that say nothing about what an answer measures (or are shown per side)
-_BOOKKEEPING = ("run_id", "tag", "date", "command", "planned", "servers", "arms", "codec_identity", "datasets",
-                "shard")
+_BOOKKEEPING = ("run_id", "tag", "date", "command", "planned", "servers", "servers_file", "arms", "codec_identity",
+                "datasets", "shard")
 
 
 class CompareError(Exception):

@@ -180,6 +180,7 @@ def test_what_the_answers_measure_must_agree(field: str, value: object) -> None:
 def test_what_a_shard_changes_may_differ() -> None:
     base = {**PROTOCOL, "served_model": {"root": "/w/m", "max_model_len": 4096}, "judge": {"model": "j", "server": "a"}}
     shard = {**base, "command": ["x"], "date": "z", "servers": ["http://n7:8000"], "planned": {"demo": 9},
+             "servers_file": "/scratch/n7/fleet.txt",
              "shard": {"index": 2, "count": 4}, "limit": 5, "plugin_version": "9", "order": {"kind": "random"},
              "served_model": {"root": "/w/m", "max_model_len": 8192}, "judge": {"model": "j", "server": "b"},
              "datasets": {"other": {"b.json": "cc"}}, "sampling": {**base["sampling"], "top_p": None}}
