@@ -225,6 +225,7 @@ class _Server:
     retired: bool = False  # no longer listed: no new request
     checking: bool = False  # a health-check thread is running for it
     held_said: bool = False  # "no longer listed, but serving until a listed one joins" was said
+    limits_from: float = 0.0  # when its limiter started, in seconds after the pool's (it joined then)
 
     @property
     def serving(self) -> bool:
@@ -299,7 +300,7 @@ class ServerPool:
             raise ValueError(f"{len(names)} server names for {len(norm)} servers")
         shown = list(names) if names is not None else [_display(u) for u in norm]
         started = time.monotonic()
-        self._headers, self._proxies = headers, proxies
+        self._headers, self._proxies, self._started = headers, proxies, started
         self._secrets = [self._api_key] if self._api_key else []
         # replaced, never changed in place, when servers join: a loop over it needs no lock
         self._servers = [self._new_server(u, name, started) for u, name in zip(norm, shown, strict=True)]
@@ -728,7 +729,7 @@ class ServerPool:
                 s.name: ServerCounters(
                     server=s.name, requests=s.requests, answered=s.answered, failures=s.failures,
                     retries=s.retries, usage_dropped=s.usage_dropped, resent=s.conns.resent,
-                    limit=s.limiter.limit, limit_history=s.limiter.history, max_in_flight=s.max_in_flight,
+                    limit=s.limiter.limit, limit_history=_history(s), max_in_flight=s.max_in_flight,
                     steered_by=_steered_by(s, self.concurrency),
                 )
                 for s in self._servers if s.joined or s.requests  # those that left the fleet too
@@ -827,7 +828,9 @@ class ServerPool:
                         srv.checking = False
                         return
                     srv.models = ids
-                    srv.limiter = self.concurrency.limiter(time.monotonic())  # a fresh limit
+                    now = time.monotonic()
+                    srv.limiter = self.concurrency.limiter(now)  # a fresh limit
+                    srv.limits_from = now - self._started
                     srv.joined, srv.checking = True, False
                     srv.down, srv.not_before, srv.consecutive_failures = False, 0.0, 0
                     notices = [f"{self._source}: server {srv.name} joined the fleet "
@@ -856,6 +859,15 @@ class ServerPool:
         for line in lines:
             with contextlib.suppress(Exception):  # a reporting hook must not fail the fleet
                 self.on_notice(self._scrub(line))
+
+
+def _history(srv: _Server) -> tuple[LimitPoint, ...]:
+    """Its limits over time, in seconds after the pool started (a server that joined later
+    has a limiter that started then)."""
+    points = srv.limiter.history
+    if not srv.limits_from:
+        return points
+    return tuple(LimitPoint(round(p.t + srv.limits_from, 3), p.limit, p.why) for p in points)
 
 
 def _steered_by(srv: _Server, spec: ConcurrencySpec) -> str:

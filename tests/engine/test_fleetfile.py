@@ -209,7 +209,9 @@ def test_a_server_that_comes_back_gets_a_fresh_limit() -> None:
         pool.set_servers([a.url, b.url])
         assert joined.wait(20) and set(pool.urls) == {a.url, b.url}
         assert b.model_lists == 2  # checked again when it came back
-        assert [p.why for p in pool.usage()[b.url].limit_history] == ["start"]
+        history = pool.usage()[b.url].limit_history
+        assert [p.why for p in history] == ["start"]
+        assert history[0].t > 0  # on the run's clock: when it came back, not when the pool started
 
 
 def test_a_removed_server_that_dies_with_requests_in_flight_fails_nothing() -> None:
