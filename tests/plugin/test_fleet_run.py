@@ -208,7 +208,8 @@ def test_a_separate_at_file_argument_is_refused_with_the_spelling_that_works(pyt
 
 def test_each_xdist_worker_follows_the_server_file(pytester: pytest.Pytester) -> None:
     """Under -n 2 every worker reads the file again and health-checks the new server itself;
-    the terminal says each change once."""
+    the terminal says each change once. a and b stall after 36 requests each (at most 4 in
+    flight each, split between the workers), so the run waits for c, whatever the timing."""
     pytest.importorskip("xdist")
     pytester.makeini("[pytest]\n")
     data = rsvqa_suite(pytester, BENCH_MODULE, n_images=6, per_type=5)
@@ -233,7 +234,7 @@ def test_each_xdist_worker_follows_the_server_file(pytester: pytest.Pytester) ->
         driver = threading.Thread(target=drive, daemon=True)
         driver.start()
         result = pytester.runpytest_subprocess(f"--servers=@{listed}", "--data-root", str(data), "--recon",
-                                               "jpeg:quality=40", "-n", "2", "--no-reports", "-q")
+                                               "jpeg:quality=40", "-n", "2", "--concurrency", "4", "--no-reports", "-q")
         driver.join(timeout=30)
         completed = [s.stats().completed for s in (a, b, c)]
     assert not problems, problems
