@@ -78,7 +78,7 @@ def _sample_split(arm: str) -> tuple[str, int] | None:
 
 def is_sample(arm: str) -> bool:
     """A `--samples` sample 2..K of an arm (`orig@2`); not the arm itself, nor a judge arm."""
-    return _sample_split(arm) is not None
+    return SAMPLE in arm and _sample_split(arm) is not None
 
 
 def sample_of(arm: str) -> tuple[str, int]:
