@@ -154,7 +154,7 @@ def test_subset_runs_never_shrink_the_tags_report(pytester: pytest.Pytester, dem
     after = _summary(pytester.path, "demo")
     assert after["questions"] == 400 and after["statistics"] == whole["statistics"]
     assert after["coverage"] == {"runs": after["coverage"]["runs"], "run_selected": regressed,
-                                 "run_questions": regressed, "subset": True}
+                                 "run_questions": regressed, "subset": True, "shards": None}
     assert len(after["coverage"]["runs"]) == 2
     assert (pytester.path / "reports" / "demo" / "default" / "predictions.jsonl").read_text() == predictions
     report = (pytester.path / "reports" / "demo" / "default" / "report.md").read_text()

@@ -202,6 +202,7 @@ def test_a_job_array_played_locally_reports_as_one_run(tmp_path: Path) -> None:
                                                                    rel=1e-5)
     summary = json.loads((whole / "summary.json").read_text())
     assert summary["questions"] == 24 and summary["not_run"] == 0
+    assert summary["coverage"]["shards"] == {"count": N, "parts": [1, 2, 3], "questions": 24, "missing": 0}
     # the report says it covers every part (not the part of its newest run)
     assert "Shards 1, 2, 3 of 3: all 24 questions" in (whole / "report.md").read_text()
     # the merge is all or nothing and adds nothing the second time

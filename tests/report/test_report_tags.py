@@ -96,7 +96,8 @@ def test_never_reached_and_limits_across_runs(tmp_path: Path) -> None:
     out = write_reports(store, "lim", tmp_path / "reports", iterations=0)
     summary = json.loads((out[0] / "summary.json").read_text())
     assert summary["questions"] == 6 and summary["not_run"] == 4 and summary["limited"] is None
-    assert summary["coverage"] == {"runs": ["lim", "cut"], "run_selected": 6, "run_questions": 6, "subset": True}
+    assert summary["coverage"] == {"runs": ["lim", "cut"], "run_selected": 6, "run_questions": 6, "subset": True,
+                                   "shards": None}
     md = (out[0] / "report.md").read_text()
     assert "Run incomplete: 4 of the 10 questions of tag t never ran and are in no figure here" in md
     assert "Subset run: this run selected 6 of the 10 questions of tag t" in md
