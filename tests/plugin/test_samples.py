@@ -196,11 +196,12 @@ def test_one_sample_is_a_run_without_the_option(project: tuple[Path, int]) -> No
     with SeedServer(threshold) as srv:
         _run(root, srv.url, store="a.sqlite")
         before, proto_before = _summary(root), (root / "reports/rsvqa_lr/default/protocol.json").read_text()
-        asked = sum(srv.requests.values())
+        asked, first = sum(srv.requests.values()), set(srv.requests)
         srv.requests.clear()
-        _run(root, srv.url, "--samples", "1", store="b.sqlite")
+        _run(root, srv.url, "--samples", "1", store="a.sqlite")
         after, proto_after = _summary(root), (root / "reports/rsvqa_lr/default/protocol.json").read_text()
-    assert asked == sum(srv.requests.values()) == 24 and set(srv.requests) == {("orig", None), ("recon", None)}
+    # the same arms and fingerprints: every answer of the run without the option is reused
+    assert asked == 24 and first == {("orig", None), ("recon", None)} and not srv.requests
     assert "samples" not in after and "samples" not in json.loads(proto_after)
     drop = ("run_id", "generated", "coverage", "usage")
     assert {k: v for k, v in before.items() if k not in drop} == {k: v for k, v in after.items() if k not in drop}
