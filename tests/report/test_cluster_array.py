@@ -42,10 +42,19 @@ OPTIONS = "--limit 24 --concurrency 2 -p no:randomly -q -W ignore::pytest.Pytest
 BOUND_S = 120
 
 
+_GIVEN: set[int] = set()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now and not given to another task of this test (the script's server
+    binds it moments later)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def _project(tmp_path: Path) -> Path:
