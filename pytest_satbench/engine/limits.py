@@ -529,11 +529,13 @@ class AdaptiveLimit:
         self._limit = float(min(max(limit, self.floor), self.cap))
         self._changed_at = now
         self._history.add(now, self.limit, why)
-        # Every verdict waits one latency first: requests sent right after a raise queue
-        # behind the old limit's, so an unsettled window sees the new limit's load with the
-        # old limit's latency and overrates it (past the knee of a fixed-rate server, a
-        # doubling looks a third faster), which is how slow start overshot.
-        self._new_window(now, settle=True)
+        # Without metrics every verdict waits one latency first: requests sent right after a
+        # raise queue behind the old limit's, so an unsettled window sees the new limit's
+        # load with the old limit's latency and overrates it (past the knee of a fixed-rate
+        # server, a doubling looks a third faster), which is how slow start overshot. With
+        # metrics the queue is read, not inferred: slow start raises as soon as the batch is
+        # seen to be filled.
+        self._new_window(now, settle=not (self.metrics_seen and self._slow_start))
 
     def _new_window(self, now: float, settle: bool = False) -> None:
         self._window = _Window(self._limit, now + (self._latency() if settle else 0.0), settled=settle)
