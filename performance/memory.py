@@ -4,20 +4,28 @@
     .venv/bin/python performance/memory.py --questions 222600            # the full HR size, ~10 min
     .venv/bin/python performance/memory.py --questions 20000 --tracemalloc 2000,18000   # where it goes
     .venv/bin/python performance/memory.py --questions 222600 --py-spy 60   # a CPU profile mid-run
+    .venv/bin/python performance/memory.py --questions 50000 --images 500 --image-size 512   # RSVQA-HR's size
 
 What runs: `pytest benchmarks -k rsvqa_hr -q --recon identity` (two arms: the original and
 the identity reconstruction, two requests per question) in a fresh rootdir, against
 tests/servers.py's FakeVLM answering "yes" at once in its own process (its CPU is not the
 client's). The data is the RSVQA-HR on-disk format (USGS_split_test_*.json with leading
-inactive stubs, `Data/<img_id>.tif`), `--questions` questions over `--images` small images:
-the plugin's per-question cost is what is measured, not JPEG work.
+inactive stubs, `Data/<img_id>.tif`), `--questions` questions over `--images` images of
+`--image-size` pixels a side: 32 (the default) measures the plugin's per-question cost, not JPEG
+work; 512 is RSVQA-HR's own size (smooth random fields with a little noise, which JPEG
+compresses about as it does aerial photographs: ~0.1-0.2 MB an arm), where the prepared-image
+cache's bytes count (--cache-mb). RSVQA-HR's test split has about 100 questions an image
+(`--images questions/100`); the default, questions/20, has more images to prepare.
 
 While the run goes, its RSS (/proc/PID/status VmRSS, VmHWM), its CPU (/proc/PID/stat) and
 its progress (the run's rows in the store's `run_items`, read through a read-only SQLite
 connection) are sampled every --interval seconds. From the samples:
 
 - RSS at the first and at the last item, and the growth per item between them (end points,
-  and a least-squares slope over every sample of the run);
+  and a least-squares slope over every sample of the run); the same slope over the samples
+  after the prepared-image cache has filled (`growth_after_cache_kb_per_item`: from the item
+  whose image is the cache's last by its count or its MB, estimated from one image as the
+  pipeline encodes it);
 - the peak during the items (VmHWM at the last sample before the last item) and the peak of
   the whole process (os.wait4's ru_maxrss), i.e. what the end-of-run reports add;
 - the CPU after the last item (the reports, from /proc samples and the exit rusage);
@@ -123,18 +131,41 @@ def pytest_runtest_logfinish(nodeid, location):
 
 
 # ---------------------------------------------------------------------- data
-def make_data(data_root: Path, n_questions: int, n_images: int, size: int = 32) -> None:
-    """An RSVQA-HR test split in the release's format: questions round-robin over the four
-    types, `n_images` small tifs, questions of one image consecutive (as the real file)."""
+def synthetic_image(rng: Any, size: int) -> Any:
+    """Noise at 32 px (the per-question bench); above, a smooth random field with a little
+    noise, which JPEG compresses about as it does an aerial photograph."""
     import numpy as np
     from PIL import Image
+
+    if size <= 64:
+        return Image.fromarray(rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8))
+    coarse = Image.fromarray(rng.integers(0, 256, size=(16, 16, 3), dtype=np.uint8)).resize((size, size), Image.BICUBIC)
+    px = np.asarray(coarse, dtype=np.int16) + rng.integers(-12, 13, size=(size, size, 3), dtype=np.int16)
+    return Image.fromarray(np.clip(px, 0, 255).astype(np.uint8))
+
+
+def prepared_mb(data_root: Path, arms: int = 2) -> float:
+    """MB one prepared image holds in the cache: JPEG quality 95 and its base64, per arm."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    with Image.open(data_root / "RSVQA-HR" / "Data" / "0.tif") as im:
+        im.convert("RGB").save(buf, format="JPEG", quality=95)
+    return arms * len(buf.getvalue()) * (1 + 4 / 3) / MB
+
+
+def make_data(data_root: Path, n_questions: int, n_images: int, size: int = 32) -> None:
+    """An RSVQA-HR test split in the release's format: questions round-robin over the four
+    types, `n_images` tifs, questions of one image consecutive (as the real file)."""
+    import numpy as np
 
     base = data_root / "RSVQA-HR"
     (base / "Data").mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     for img in range(n_images):
-        px = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
-        Image.fromarray(px).save(base / "Data" / f"{img}.tif")
+        synthetic_image(rng, size).save(base / "Data" / f"{img}.tif")
     samples = {
         "presence": ("Is there a residential building in the image {k}?", "yes"),
         "comp": ("Are there more roads than water areas {k}?", "no"),
@@ -274,8 +305,9 @@ def run_sampled(cmd: list[str], cwd: Path, log: Path, env: dict[str, str], store
     return Measured(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, proc.returncode, samples)
 
 
-def phases(m: Measured, n: int) -> dict[str, Any]:
-    """The run's figures from its samples (see the module docstring)."""
+def phases(m: Measured, n: int, cache_full_at: int | None = None) -> dict[str, Any]:
+    """The run's figures from its samples (see the module docstring); `cache_full_at`: the
+    item from which the prepared-image cache is full."""
     running = [s for s in m.samples if 0 < s.done < n]
     after = [s for s in m.samples if s.done >= n]
     out: dict[str, Any] = {"samples": len(m.samples), "samples_running": len(running)}
@@ -292,6 +324,11 @@ def phases(m: Measured, n: int) -> dict[str, Any]:
         ys = [s.rss_mb for s in running]
         if len(set(xs)) >= 2:
             out["growth_kb_per_item_lsq"] = statistics.linear_regression(xs, ys).slope * 1024
+        full = [s for s in running if cache_full_at is not None and s.done >= cache_full_at]
+        if len({s.done for s in full}) >= 2:
+            out["cache_full_at_item"] = cache_full_at
+            out["growth_after_cache_kb_per_item"] = statistics.linear_regression(
+                [s.done for s in full], [s.rss_mb for s in full]).slope * 1024
         # what a cumulative-growth reading would show: RSS at ~4% and ~85% of the items
         for pct in (4, 25, 50, 85):
             s = min(running, key=lambda s: abs(s.done - n * pct / 100))
@@ -329,7 +366,10 @@ def py_spy_hook(seconds: int, n: int, out: Path) -> Any:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--questions", type=int, default=50_000)
-    ap.add_argument("--images", type=int, default=0, help="images (default: questions / 20, as RSVQA-HR)")
+    ap.add_argument("--images", type=int, default=0, help="images (default: questions / 20)")
+    ap.add_argument("--image-size", type=int, default=32, help="pixels a side (RSVQA-HR: 512)")
+    ap.add_argument("--cache-images", type=int, default=256, help="the run's --cache-images (for the fill point)")
+    ap.add_argument("--cache-mb", type=int, default=64, help="the run's --cache-mb (for the fill point)")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between samples")
     ap.add_argument("--reps", type=int, default=1, help="repetitions of the rerun vs no-op comparison")
@@ -345,16 +385,25 @@ def main() -> int:
     n = a.questions
     n_images = a.images or max(1, n // 20)
     OUT.mkdir(parents=True, exist_ok=True)
-    stem = f"memory-{n}" + (f"-{a.label}" if a.label else "") + ("-trace" if a.tracemalloc else "")
-    result: dict[str, Any] = {"settings": {"questions": n, "images": n_images, "concurrency": a.concurrency,
-                                           "arms": ["orig", "identity"], "interval_s": a.interval,
-                                           "extra": a.extra}}
+    stem = (f"memory-{n}" + (f"-{a.image_size}px" if a.image_size != 32 else "") + (f"-{a.label}" if a.label else "")
+            + ("-trace" if a.tracemalloc else ""))
+    result: dict[str, Any] = {"settings": {"questions": n, "images": n_images, "image_size": a.image_size,
+                                           "concurrency": a.concurrency, "arms": ["orig", "identity"],
+                                           "interval_s": a.interval, "extra": a.extra}}
     with tempfile.TemporaryDirectory(prefix="satbench-memory-") as t:
         tmp = Path(t)
         data = tmp / "data"
         t0 = time.perf_counter()
-        make_data(data, n, n_images)
-        print(f"data: {n} questions on {n_images} images ({time.perf_counter() - t0:.1f} s)", flush=True)
+        make_data(data, n, n_images, a.image_size)
+        per_image = prepared_mb(data)
+        fill_images = min(a.cache_images, max(1, int(a.cache_mb / per_image)))
+        cache_full_at = min(n, -(-fill_images * n // n_images))
+        result["settings"].update(prepared_mb_per_image=per_image, cache_full_at_item=cache_full_at,
+                                  cache_images=a.cache_images, cache_mb=a.cache_mb)
+        print(f"data: {n} questions on {n_images} images of {a.image_size} px ({time.perf_counter() - t0:.1f} s); "
+              f"{per_image:.3f} MB an image prepared, the cache full from item {cache_full_at}", flush=True)
+        if a.cache_images != 256 or a.cache_mb != 64:
+            a.extra = f"{a.extra} --cache-images {a.cache_images} --cache-mb {a.cache_mb}".strip()
         root = rootdir(tmp, "run", a.tracemalloc)
         store = root / ".pytest_cache" / "d" / "satbench" / "results.sqlite"
         env = {**os.environ}
@@ -383,7 +432,7 @@ def main() -> int:
         result["first_run"] = {"wall_s": first.wall_s, "cpu_s": first.cpu_s, "max_rss_mb": first.max_rss_mb,
                                "cpu_ms_per_question": 1000 * first.cpu_s / n, "server_cpu_s": server_cpu,
                                "requests": requests, "last_line": tail.splitlines()[-1],
-                               **phases(first, n)}
+                               **phases(first, n, cache_full_at)}
         print(json.dumps(result["first_run"], indent=1), flush=True)
 
         # the report building alone, from the same store
