@@ -254,7 +254,13 @@ class FlipTable:
             if v is not None and not math.isnan(v):
                 by_pair[i] = float(v)
         type_names = {code: t for t, code in self._types.items()}
-        out = {arm: _arm_flips(arm, c, by_pair, type_names, iterations, seed, level, bins)
+        # images numbered by their ids' sorted order, not by first appearance: the bootstrap's
+        # draws then do not depend on the order the questions were read in (a merged store's
+        # shards, a resumed run), so their report's intervals equal one run's
+        names = list(self._images)
+        rank = np.empty(len(names), dtype=np.int64)
+        rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+        out = {arm: _arm_flips(arm, c, by_pair, type_names, iterations, seed, level, bins, rank)
                for arm, c in self._arms.items()}
         return DistortionFlips(out, bins, iterations, seed, level)
 
@@ -276,8 +282,8 @@ def psnr_bins(values: np.ndarray, bins: int = BINS) -> np.ndarray:
 
 
 def _arm_flips(arm: str, c: _Columns, by_pair: np.ndarray, type_names: Mapping[int, tuple[str, ...]],
-               iterations: int, seed: int, level: float, bins: int) -> ArmFlips:
-    image = np.frombuffer(c.image, dtype=np.int32).astype(np.int64)
+               iterations: int, seed: int, level: float, bins: int, rank: np.ndarray) -> ArmFlips:
+    image = rank[np.frombuffer(c.image, dtype=np.int32)]
     types = np.frombuffer(c.types, dtype=np.int32)
     orig = np.frombuffer(c.orig, dtype=np.int8).astype(bool)
     recon = np.frombuffer(c.arm, dtype=np.int8).astype(bool)
@@ -353,6 +359,10 @@ def _slope(x: np.ndarray, orig: np.ndarray, recon: np.ndarray, codes: np.ndarray
            level: float) -> Slope:
     keep = orig & np.isfinite(x)
     xs, ys, gs = x[keep], (~recon[keep]).astype(np.float64), codes[keep]
+    # in a fixed order (image, PSNR, outcome), so the fit's floating-point sums, and so its last
+    # digits, do not depend on the order the questions were read in
+    order = np.lexsort((ys, xs, gs))
+    xs, ys, gs = xs[order], ys[order], gs[order]
     n, events = int(keep.sum()), int(ys.sum())
     groups = int(np.count_nonzero(np.bincount(gs, minlength=n_clusters))) if n else 0
 
