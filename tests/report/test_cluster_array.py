@@ -126,7 +126,8 @@ def _figures(folder: Path) -> tuple[dict[str, object], list[object]]:
     (run ids, dates, latencies, per-server traffic); and the distortions apart."""
     summary = json.loads((folder / "summary.json").read_text())
     keep = ("benchmark", "tag", "model", "questions", "limited", "not_run", "arms", "statistics", "headline",
-            "aggregate_views", "notes", "answer_analysis", "noise_floor", "regressed_questions", "gallery")
+            "aggregate_views", "notes", "answer_analysis", "noise_floor", "regressed_questions", "gallery",
+            "distortion_flips", "visual_tokens")
     out: dict[str, object] = {k: summary.get(k) for k in keep}
     measured: list[object] = []
     for path in sorted(folder.glob("*.csv")):
