@@ -4,9 +4,11 @@ down is said the moment it happens."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 from datasets_fake import write_rsvqa
@@ -29,6 +31,21 @@ def _cmd(url: str, data: Path, tmp_path: Path) -> list[str]:
             "--store", str(tmp_path / "s.sqlite"), "--give-up-after", "2", "--retries", "1", "--concurrency", "4"]
 
 
+def _wait_for_answers(store: Path, run: subprocess.Popen[str], n: int = 20, bound_s: float = 120.0) -> None:
+    """Until the run has stored `n` answers (its workers are up and asking, however loaded the
+    machine): the server is killed mid-run, not before the run started nor after it ended."""
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline and run.poll() is None:
+        try:
+            with closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1)) as conn:
+                if conn.execute("SELECT COUNT(*) FROM answers WHERE status='ok'").fetchone()[0] >= n:
+                    return
+        except sqlite3.Error:
+            pass  # not created yet
+        time.sleep(0.05)
+    raise AssertionError(f"the run stored fewer than {n} answers within {bound_s} s (exit {run.poll()})")
+
+
 def test_a_server_that_dies_mid_run_ends_the_run_in_bounded_time(tmp_path: Path) -> None:
     data = _setup(tmp_path)
     # the server in its own process, so killing it closes every kept-alive connection too
@@ -38,7 +55,7 @@ def test_a_server_that_dies_mid_run_ends_the_run_in_bounded_time(tmp_path: Path)
         url = server.stdout.readline().strip()  # type: ignore[union-attr]
         run = subprocess.Popen(_cmd(url, data, tmp_path), cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
-        time.sleep(3)  # some answers first
+        _wait_for_answers(tmp_path / "s.sqlite", run)  # some answers first
         server.kill()
         t0 = time.monotonic()
         out, _ = run.communicate(timeout=180)
@@ -74,7 +91,7 @@ def test_under_xdist_the_controller_says_a_server_is_down(tmp_path: Path) -> Non
         url = server.stdout.readline().strip()  # type: ignore[union-attr]
         run = subprocess.Popen([*_cmd(url, data, tmp_path), "-n", "2"], cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
-        time.sleep(4)
+        _wait_for_answers(tmp_path / "s.sqlite", run)
         server.kill()
         out, _ = run.communicate(timeout=180)
     finally:
