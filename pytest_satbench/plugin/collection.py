@@ -62,7 +62,8 @@ class Collection:
             if self.settings.data_root is None:
                 self.left_out.append(
                     f"{bench_name} left out: no data root is set, so {', '.join(bench.requires)} could not be looked "
-                    f"for; point {SETS_DATA_ROOT} at the folder holding {_folders(bench.requires)}")
+                    f"for; point {SETS_DATA_ROOT} at the folder holding {_folders(bench.requires)}"
+                    f"{_fetch_advice(bench_name, None)}")
                 return []
             root = self.settings.data_root
         missing = bench.missing(root)
@@ -70,7 +71,7 @@ class Collection:
             self.left_out.append(
                 f"{bench_name} left out, not found: {', '.join(str(p.absolute()) for p in missing)} "
                 f"(data root {root.absolute()}, from {self.root_source()}; point {SETS_DATA_ROOT} at the folder "
-                f"holding {_folders(bench.requires)})")
+                f"holding {_folders(bench.requires)}{_fetch_advice(bench_name, root)})")
             return []
         return self._load(collector, name, bench, root)
 
@@ -206,6 +207,17 @@ class Collection:
 
 
 COLLECTION_KEY = pytest.StashKey[Collection]()
+
+
+def _fetch_advice(name: str, root: Path | None) -> str:
+    """How to download a left-out benchmark's files, where a public source is known for it
+    (docs/data.md)."""
+    from pytest_satbench.datasets.sources import for_benchmark
+
+    if for_benchmark(name) is None:
+        return ""
+    return f"; or fetch them: python -m pytest_satbench.data fetch {name}" + (
+        f" --root {root.absolute()}" if root is not None else "")
 
 
 def _folders(requires: tuple[str, ...]) -> str:

@@ -50,7 +50,8 @@ def test_a_wrong_data_root_says_what_it_looked_for_and_why_nothing_ran(
     result.stdout.fnmatch_lines([
         "collected 0 items",
         (f"satbench: rsvqa_lr left out, not found: {empty}/RSVQA-LR/LR_split_test_questions.json, "
-         f"{empty}/RSVQA-LR/LR_split_test_answers.json (data root {empty}, from {source}; {SETS} RSVQA-LR/)"),
+         f"{empty}/RSVQA-LR/LR_split_test_answers.json (data root {empty}, from {source}; {SETS} RSVQA-LR/; "
+         f"or fetch them: python -m pytest_satbench.data fetch rsvqa_lr --root {empty})"),
         (f"satbench: no items ran: rsvqa_lr was left out, as its files are not under the data root {empty} "
          f"(from {source}); point --data-root DIR (ini satbench_data_root) or $SATBENCH_DATA_ROOT at the folder "
          "that holds the benchmarks"),
@@ -65,7 +66,8 @@ def test_no_data_root_says_which_files_it_needs_and_what_sets_it(suite: pytest.P
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     result.stdout.fnmatch_lines([
         ("satbench: rsvqa_lr left out: no data root is set, so RSVQA-LR/LR_split_test_questions.json, "
-         f"RSVQA-LR/LR_split_test_answers.json could not be looked for; {SETS} RSVQA-LR/"),
+         f"RSVQA-LR/LR_split_test_answers.json could not be looked for; {SETS} RSVQA-LR/; "
+         "or fetch them: python -m pytest_satbench.data fetch rsvqa_lr"),
         "satbench: no items ran: rsvqa_lr was left out, as no data root is set; *",
     ])
 
