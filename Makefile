@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test docs install install-test clean
+.PHONY: demo test docs dist install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ COMPAT_PLUGINS := pytest-rerunfailures==16.7 pytest-json-report==1.5.0 pytest-me
 # the compatibility matrix's plugins, and mkdocs (the docs extra: tests/test_docs.py builds the site).
 install-test: install
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install -q -e '.[onedpiece,test,docs]'
+	$(BIN)/pip install -q -e '.[onedpiece,test,docs,dist]'
 	rm -rf $(COMPAT_DIR)
 	$(BIN)/pip install -q --no-deps --target $(COMPAT_DIR) $(COMPAT_PLUGINS)
 
@@ -45,5 +45,14 @@ docs: install
 	$(BIN)/pip install -q -e '.[docs]'
 	$(BIN)/mkdocs build --strict
 
+# The release files into dist/: the sdist and the wheel (python -m build), then twine's check of
+# their metadata (the README as PyPI shows it). tests/test_wheel.py installs such a wheel into a
+# clean venv and runs the demo, satbench-server and the CLIs from it.
+dist: install
+	$(BIN)/pip install -q -e '.[dist]'
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) .pytest_cache benchmarks/.pytest_cache reports/*/ $(COMPAT_DIR) build/site
+	rm -rf $(VENV) .pytest_cache benchmarks/.pytest_cache reports/*/ $(COMPAT_DIR) build/site dist
