@@ -9,9 +9,18 @@ import os
 import sys
 from pathlib import Path
 
-from pytest_satbench.data.fetch import COMPLETE, FIRST_SEEN, MIRROR_ENV, Fetcher, mirror_base, resolve, source_rows, verify
-from pytest_satbench.datasets.sources import SOURCES
+from pytest_satbench.data.fetch import (
+    COMPLETE,
+    FIRST_SEEN,
+    MIRROR_ENV,
+    Fetcher,
+    mirror_base,
+    resolve,
+    source_rows,
+    verify,
+)
 from pytest_satbench.data.transfer import FetchError
+from pytest_satbench.datasets.sources import SOURCES
 
 PROG = "python -m pytest_satbench.data"
 

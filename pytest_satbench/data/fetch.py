@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from pytest_satbench.datasets.sources import HUB, SOURCES, ZENODO, File, Source, by_name, for_benchmark
 from pytest_satbench.data.transfer import (
     FetchError,
     Lock,
@@ -28,6 +27,15 @@ from pytest_satbench.data.transfer import (
     hashes,
     move_into,
     unpack,
+)
+from pytest_satbench.datasets.sources import (
+    HUB,
+    SOURCES,
+    ZENODO,
+    File,
+    Source,
+    by_name,
+    for_benchmark,
 )
 
 MIRROR_ENV = "SATBENCH_DATA_MIRROR"

@@ -234,21 +234,21 @@ def unpack(archive: Path, kind: str, dest: Path, top: str, members: tuple[str, .
             return count
     if kind == "tar":
         with tarfile.open(archive) as tf:
-            infos = [m for m in tf.getmembers() if m.isfile()]
-            names = [m.name for m in infos]
+            entries = [m for m in tf.getmembers() if m.isfile()]
+            names = [m.name for m in entries]
             base = dest if names and all(n.startswith(f"{top}/") for n in names) else dest / top
             keep = _chosen(names, members)
             count = 0
-            for info in infos:  # regular files only: links and devices are never written
-                if info.name not in keep:
+            for entry in entries:  # regular files only: links and devices are never written
+                if entry.name not in keep:
                     continue
-                target = _safe_target(base, info.name, archive)
+                target = _safe_target(base, entry.name, archive)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                src = tf.extractfile(info)
-                if src is None:
+                stream = tf.extractfile(entry)
+                if stream is None:
                     continue
-                with src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst, CHUNK)
+                with stream, open(target, "wb") as dst:
+                    shutil.copyfileobj(stream, dst, CHUNK)
                 count += 1
             return count
     raise FetchError(f"{archive}: unknown archive kind {kind!r}")

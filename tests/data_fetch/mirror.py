@@ -41,7 +41,7 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:  # quiet
             pass
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             path = self.path.lstrip("/").split("?", 1)[0]
             rng = self.headers.get("Range")
             mirror.log.append((path, rng))

@@ -16,9 +16,9 @@ import pytest
 
 from pytest_satbench.data import __main__ as cli
 from pytest_satbench.data.fetch import DOWNLOADS, MIRROR_ENV
-from pytest_satbench.datasets.sources import by_name
 from pytest_satbench.data.transfer import LOCK_NAME, FetchError, unpack
 from pytest_satbench.datasets.registry import LoadRequest, get
+from pytest_satbench.datasets.sources import by_name
 from tests.data_fetch.mirror import Mirror, serve, tar_folder, zip_folder
 from tests.datasets_fake import write_lhrs_qa_json, write_rsvqa, write_vrsbench
 
@@ -127,7 +127,7 @@ def test_a_transfer_cut_short_is_resumed_with_a_range_request(tmp_path, capsys):
     m.truncate_once.add(path)
     root = tmp_path / "data"
     with serve(m):
-        rc, out, err = run(capsys, "fetch", "rsvqa_lr", "--root", str(root), "--mirror", m.url)
+        rc, _, err = run(capsys, "fetch", "rsvqa_lr", "--root", str(root), "--mirror", m.url)
     assert rc == 0, err
     size = len(m.files[path])
     assert m.requests(path) == [None, f"bytes={size // 2}-"]  # two requests: whole, then the rest
@@ -155,7 +155,7 @@ def test_a_corrupted_file_is_refused_in_one_line_and_not_unpacked(tmp_path, caps
     m.corrupt.add(LR + "Images_LR.zip")
     root = tmp_path / "data"
     with serve(m):
-        rc, out, err = run(capsys, "fetch", "rsvqa_lr", "--root", str(root), "--mirror", m.url)
+        rc, _, err = run(capsys, "fetch", "rsvqa_lr", "--root", str(root), "--mirror", m.url)
     assert rc == 2
     last = err.strip().splitlines()[-1]
     assert "rsvqa_lr/Images_LR.zip: MD5" in last and "Zenodo publishes" in last and "refused, not unpacked" in last
@@ -213,7 +213,7 @@ def test_offline_says_what_to_fetch_where_and_a_copy_put_there_is_used(tmp_path,
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/"
     monkeypatch.setenv(MIRROR_ENV, dead)  # the environment variable, not --mirror
     root = tmp_path / "data"
-    rc, out, err = run(capsys, "fetch", "rsvqa_lr", "--root", str(root))
+    rc, _, err = run(capsys, "fetch", "rsvqa_lr", "--root", str(root))
     assert rc == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1
@@ -225,7 +225,7 @@ def test_offline_says_what_to_fetch_where_and_a_copy_put_there_is_used(tmp_path,
     for p, body in m.files.items():  # the user copies the files there by hand
         if p.startswith(LR):
             (root / DOWNLOADS / "rsvqa_lr" / p[len(LR):]).write_bytes(body)
-    rc, out, err = run(capsys, "fetch", "rsvqa_lr", "--root", str(root))
+    rc, _, err = run(capsys, "fetch", "rsvqa_lr", "--root", str(root))
     assert rc == 0, err
     assert {q.key for q in get("rsvqa_lr").load(LoadRequest(root))} == expected["rsvqa_lr"]
 
