@@ -1,4 +1,4 @@
-"""Every installed benchmark as a test module, for an install without a checkout (a wheel):
+"""Every installed benchmark as a test, for an install without a checkout (a wheel):
 
     pytest --pyargs pytest_satbench.benchmarks -k demo --servers builtin --recon jpeg:quality=10
 
