@@ -1,6 +1,7 @@
 """`python -m pytest_satbench.data fetch BENCHMARK... [--root DIR] [--mirror URL]`, `list`,
 `verify [BENCHMARK...] [--root DIR]` (docs/data.md). Exit status: 0 done / complete, 1 a
-benchmark is not complete (verify), 2 a fetch failed (its one line says why and what to do)."""
+benchmark is not complete (after fetch: the loaders would still leave it out), 2 a fetch failed
+(its one line says why and what to do)."""
 
 from __future__ import annotations
 
@@ -65,10 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         except FetchError as exc:
             print(f"satbench-data: {exc}", file=sys.stderr)
             return 2
-        names = [b for s in sources for b in s.benchmarks]
+        ready, not_ready = [], []
         for name, state, details in verify(root, sources):
-            print(f"{name}: {state}" + (f" ({len(details)}: {details[0]}{' ...' if len(details) > 1 else ''})" if details else ""))
-        print(f"satbench-data: {', '.join(names)} ready; run pytest with: --data-root {root}")
+            (ready if state in (COMPLETE, FIRST_SEEN) else not_ready).append(name)
+            print(f"{name}: {state}" + (f" ({details[0]}{' ...' if len(details) > 1 else ''})" if details else ""))
+        if not_ready:  # the loaders would still leave these out (`verify` lists why)
+            print(f"satbench-data: {', '.join(not_ready)} not complete under {root}; "
+                  f"{PROG} verify --root {root} lists what is missing", file=sys.stderr)
+            return 1
+        print(f"satbench-data: {', '.join(ready)} ready; run pytest with: --data-root {root}")
         return 0
     bad = 0
     asked = set(args.benchmarks)

@@ -135,6 +135,21 @@ def test_a_transfer_cut_short_is_resumed_with_a_range_request(tmp_path, capsys):
     assert {q.key for q in get("rsvqa_lr").load(LoadRequest(root))} == expected["rsvqa_lr"]
 
 
+def test_a_part_file_left_by_an_earlier_fetch_is_continued_from_its_size(tmp_path, capsys):
+    m, _ = build_mirror(tmp_path)
+    path = HR + "Images.tar"
+    root = tmp_path / "data"
+    part = root / DOWNLOADS / "rsvqa_hr/Images.tar.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(m.files[path][:1000])  # a fetch stopped after 1000 bytes
+    with serve(m):
+        rc, _, err = run(capsys, "fetch", "rsvqa_hr", "--root", str(root), "--mirror", m.url)
+    assert rc == 0, err
+    assert m.requests(path) == ["bytes=1000-"]
+    assert (root / DOWNLOADS / "rsvqa_hr/Images.tar").read_bytes() == m.files[path]
+    assert not part.exists()
+
+
 def test_a_server_that_ignores_range_restarts_the_part_file(tmp_path, capsys):
     m, _ = build_mirror(tmp_path)
     path = LR + "Images_LR.zip"
