@@ -76,7 +76,10 @@ class Fetcher:
         self.lock = Lock(self.root)
 
     def base(self, source: Source) -> str:
-        return self.mirror or (ZENODO if source.host == "zenodo" else HUB)
+        if self.mirror:
+            return self.mirror
+        # $HF_ENDPOINT: the Hub's own setting for a Hub mirror, which huggingface_hub reads too
+        return ZENODO if source.host == "zenodo" else (os.environ.get("HF_ENDPOINT") or HUB).rstrip("/") + "/"
 
     def url(self, source: Source, path: str, revision: str) -> str:
         url = self.base(source) + source.relpath(path, revision)

@@ -5,6 +5,7 @@ is logged with its Range header, so tests count requests and byte ranges."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -40,6 +41,20 @@ def _handler(mirror: Mirror) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, *args: Any) -> None:  # quiet
             pass
+
+        def do_HEAD(self) -> None:
+            """What `huggingface_hub` asks before a download: size, ETag and the commit a
+            resolve URL's revision names (the Hub's X-Repo-Commit header)."""
+            path = self.path.lstrip("/").split("?", 1)[0]
+            mirror.log.append((path, "HEAD"))
+            body = mirror.files.get(path)
+            self.send_response(404 if body is None else 200)
+            self.send_header("Content-Length", str(len(body or b"")))
+            if body is not None:
+                self.send_header("ETag", f'"{hashlib.sha256(body).hexdigest()}"')
+                if "/resolve/" in path:
+                    self.send_header("X-Repo-Commit", path.split("/resolve/", 1)[1].split("/", 1)[0])
+            self.end_headers()
 
         def do_GET(self) -> None:
             path = self.path.lstrip("/").split("?", 1)[0]

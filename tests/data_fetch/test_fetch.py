@@ -7,7 +7,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import socket
+import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -263,3 +266,24 @@ def test_unpacking_refuses_members_outside_the_folder_and_skips_links(tmp_path):
         tf.addfile(info, io.BytesIO(b"ok"))
     assert unpack(tar, "tar", tmp_path / "hr", "Data") == 1
     assert not (tmp_path / "hr/Data/link.tif").exists() and (tmp_path / "hr/Data/1.tif").read_bytes() == b"ok"
+
+
+def test_with_huggingface_hub_installed_hub_files_come_through_it(tmp_path):
+    """No mirror set: the Hub's files come through `huggingface_hub` (its HEAD, then GET),
+    here pointed at the loopback server by the Hub's own $HF_ENDPOINT; checked and unpacked
+    as any other download."""
+    pytest.importorskip("huggingface_hub")
+    m, expected = build_mirror(tmp_path)
+    root = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k not in (MIRROR_ENV, "HF_TOKEN")}
+    with serve(m):
+        env.update(HF_ENDPOINT=m.url.rstrip("/"), HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1",
+                   HF_HUB_OFFLINE="0")
+        done = subprocess.run([sys.executable, "-m", "pytest_satbench.data", "fetch", "vrsbench", "--root", str(root)],
+                              capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert ("datasets/xiang709/VRSBench/resolve/" + VRS_REV + "/Images_val.zip", "HEAD") in m.log
+    assert f"api/datasets/xiang709/VRSBench/tree/{VRS_REV}" in [p for p, _ in m.log]
+    assert lock(root)["vrsbench/Images_val.zip"]["verified"] == "sha256"
+    for name in ("vrsbench", "vrsbench_ref"):
+        assert {q.key for q in get(name).load(LoadRequest(root))} == expected[name]
