@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         except FetchError as exc:
             print(f"satbench-data: {exc}", file=sys.stderr)
             return 2
-        ready, not_ready = [], []
+        ready: list[str] = []
+        not_ready: list[str] = []
         for name, state, details in verify(root, sources):
             (ready if state in (COMPLETE, FIRST_SEEN) else not_ready).append(name)
             print(f"{name}: {state}" + (f" ({details[0]}{' ...' if len(details) > 1 else ''})" if details else ""))
