@@ -122,6 +122,8 @@ class Fetcher:
                 if isinstance(name, str) and isinstance(checksum, str) and checksum.startswith("md5:"):
                     sums[name] = checksum
             return sums, listed
+        # one tree page per folder: the Hub pages a listing past 1,000 entries, far more than
+        # these folders hold (LHRS-Bench's images: about a hundred)
         folders = {_parent(f.path) for f in source.files}
         folders |= {lst.path for lst in source.listings}
         for folder in sorted(folders):
@@ -201,7 +203,8 @@ class Fetcher:
                 self.reject(staged, f"{key}: {algo.upper()} {got} differs from {origin} ({want})")
             verified = algo
         if entry and entry.get("sha256") != sha:
-            self.reject(staged, f"{key}: SHA-256 {sha} differs from the one first seen ({entry.get('sha256')}, "
+            seen = "first seen" if entry.get("verified") == "first-seen" else "recorded"
+            self.reject(staged, f"{key}: SHA-256 {sha} differs from the one {seen} ({entry.get('sha256')}, "
                                 f"{self.lock.path}); if the source really changed, remove its entry there")
         if f.kind == "file":
             move_into(staged, dest)
