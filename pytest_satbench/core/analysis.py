@@ -31,11 +31,13 @@ from dataclasses import dataclass, field
 
 from pytest_satbench.core import arms as A
 from pytest_satbench.core.question import Question
-from pytest_satbench.core.results import BenchmarkResult, QuestionResult
+from pytest_satbench.core.results import BenchmarkResult, QuestionOutcome, QuestionResult
 from pytest_satbench.core.scoring import _gt_letter, normalize_vqa
 
 OTHER = "(other)"
 UNREADABLE = "(unreadable)"
+# what the analysis reads of a question: its rows' status, scores, types and answer classes
+Item = QuestionResult | QuestionOutcome
 TOP = 8  # classes shown per type: enough for yes/no, comparisons and the common counts
 
 
@@ -110,7 +112,7 @@ def truth_class(q: Question) -> str:
     return got
 
 
-def _extracted(item: QuestionResult, arm: str) -> str | None:
+def _extracted(item: Item, arm: str) -> str | None:
     sc = item.scores.get(arm)
     return sc.extracted if sc is not None and sc.parsed else None
 
@@ -121,7 +123,7 @@ def analyse(result: BenchmarkResult, top: int = TOP) -> AnswerAnalysis | None:
     if not items:
         return None
     arms = [a for a in result.stats.arms if a != A.BLIND or any(a in it.rows for it in items)]
-    by_type: dict[str, list[QuestionResult]] = defaultdict(list)
+    by_type: dict[str, list[Item]] = defaultdict(list)
     for it in items:
         for t in dict.fromkeys(it.types):
             by_type[t].append(it)
@@ -130,14 +132,14 @@ def analyse(result: BenchmarkResult, top: int = TOP) -> AnswerAnalysis | None:
     return AnswerAnalysis(out, majority_right / len(items))
 
 
-def _by_primary(items: Iterable[QuestionResult]) -> dict[str, list[QuestionResult]]:
-    out: dict[str, list[QuestionResult]] = defaultdict(list)
+def _by_primary(items: Iterable[Item]) -> dict[str, list[Item]]:
+    out: dict[str, list[Item]] = defaultdict(list)
     for it in items:
         out[it.types[0]].append(it)
     return out
 
 
-def _majority(items: list[QuestionResult]) -> int:
+def _majority(items: list[Item]) -> int:
     return Counter(truth_class(it.question) for it in items).most_common(1)[0][1]
 
 
@@ -149,7 +151,7 @@ def _natural(label: str) -> tuple[int, float, str]:
         return (1, 0.0, label)
 
 
-def _type_answers(qtype: str, items: list[QuestionResult], arms: list[str], top: int) -> TypeAnswers:
+def _type_answers(qtype: str, items: list[Item], arms: list[str], top: int) -> TypeAnswers:
     truths = [truth_class(it.question) for it in items]
     freq = Counter(truths)
     # most frequent first, ties by value (numbers in numeric order): not by which came first, so the table does not depend on
@@ -176,7 +178,7 @@ def _bucket(cls: str, shown: list[str]) -> str:
 
 
 def _arm_answers(
-    answered: list[tuple[QuestionResult, str]], arm: str, rows: tuple[str, ...], columns: tuple[str, ...],
+    answered: list[tuple[Item, str]], arm: str, rows: tuple[str, ...], columns: tuple[str, ...],
     shown: list[str],
 ) -> ArmAnswers:
     per_class: dict[str, list[int]] = {}
@@ -192,7 +194,7 @@ def _arm_answers(
     return ArmAnswers(recall, balanced, Confusion(rows, columns, counts))
 
 
-def _transitions(items: list[QuestionResult], arm: str, shown: list[str]) -> tuple[Transition, ...]:
+def _transitions(items: list[Item], arm: str, shown: list[str]) -> tuple[Transition, ...]:
     moved: Counter[tuple[str, str]] = Counter()
     for it in items:
         if A.ORIG not in it.rows or arm not in it.rows:

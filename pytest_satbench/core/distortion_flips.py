@@ -420,7 +420,7 @@ def logistic_fit(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarra
     beta = np.zeros(2)
     converged = False
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 (the fit returns the iteration count it stopped at)
         eta = X @ beta
         p = 1.0 / (1.0 + np.exp(-eta))
         w = p * (1.0 - p)

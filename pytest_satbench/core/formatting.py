@@ -19,7 +19,7 @@ def defined(x: float | None) -> bool:
 
 def percent(x: float | None) -> str:
     """A fraction as a percentage with one decimal, without the sign: `0.8123` -> `81.2`."""
-    return f"{100 * x:.1f}" if defined(x) else MISSING
+    return f"{100 * x:.1f}" if x is not None and defined(x) else MISSING
 
 
 def points(x: float | None) -> str:

@@ -80,7 +80,7 @@ class _Arm:
     chars: int = 0
     truncated: int = 0
     cut_off: int = 0
-    tokens: array = field(default_factory=lambda: array("d"))  # 8 bytes per answer with reasoning
+    tokens: array[float] = field(default_factory=lambda: array("d"))  # 8 bytes per answer with reasoning
 
 
 class ReasoningTally:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_satbench.core import arms as A
 from pytest_satbench.core.defaults import BOOTSTRAP
@@ -48,17 +48,6 @@ from pytest_satbench.core.labels import NOTE, Aggregate, Labels, notes
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
 from pytest_satbench.core.scoring import Score, ScoreOptions, score
-from pytest_satbench.core.usage import Usage, UsageTally
-from pytest_satbench.core.verdict import (
-    QuestionOutcome,
-    QuestionResult,
-    question_from,
-    question_options,
-    question_record,
-    reported_types,
-    score_options,
-    score_question,
-)
 from pytest_satbench.core.stats import (
     AggregateStats,
     ArmOutcome,
@@ -72,11 +61,24 @@ from pytest_satbench.core.stats import (
     summarize_samples,
     summarize_view,
 )
+from pytest_satbench.core.usage import Usage, UsageTally
+from pytest_satbench.core.verdict import (
+    QuestionOutcome,
+    QuestionResult,
+    question_from,
+    question_options,
+    question_record,
+    reported_types,
+    score_options,
+    score_question,
+)
 
 __all__ = [
     "BenchmarkResult", "Coverage", "NoiseFloor", "QuestionOutcome", "QuestionResult",
     "benchmark_results", "question_from", "question_record", "samples_of", "sampled_labels", "score_options",
 ]
+
+T = TypeVar("T")
 
 
 def samples_of(protocol: Mapping[str, Any]) -> int:
@@ -246,7 +248,7 @@ def benchmark_results(
     own = 0
     for entry in stored:
         nodeid, qdict, rows = entry[0], entry[1], entry[2]
-        mine: Container[str] | None = entry[3] if len(entry) > 3 else None  # type: ignore[misc]
+        mine: Container[str] | None = entry[3] if len(entry) > 3 else None
         own += mine is None or bool(mine)
         q = question_from(benchmark, qdict)
         o = question_options(options, q, qdict.get("sent_size"))
@@ -304,8 +306,8 @@ class _Shared:
     def __init__(self) -> None:
         self._values: dict[object, Any] = {}
 
-    def _one(self, key: object, make: Callable[[], Any]) -> Any:
-        got = self._values.get(key)
+    def _one(self, key: object, make: Callable[[], T]) -> T:
+        got: T | None = self._values.get(key)
         if got is None:
             got = self._values[key] = make()
         return got

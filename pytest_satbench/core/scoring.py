@@ -279,7 +279,7 @@ class View(str):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, View):
             return str.__eq__(self, other) and self.rule == other.rule
-        return str.__eq__(self, other)  # type: ignore[return-value]
+        return str.__eq__(self, other)
 
     def __ne__(self, other: object) -> bool:
         eq = self.__eq__(other)
@@ -363,7 +363,7 @@ def _last_box(s: str) -> str | None:
     `glmv_reward/utils/text.py` `find_boxed_content`, keeps only that), else LaTeX's
     `\\boxed{...}` with braces inside it and `\\text{...}` unwrapped (QwenLM/Qwen2.5-Math
     `evaluation/parser.py` `extract_answer`, `strip_string`). None when there is no box."""
-    glm = _GLM_BOX.findall(s)
+    glm: list[str] = _GLM_BOX.findall(s)  # one group: the strings it matched
     if glm:
         return glm[-1]
     start = s.rfind("\\boxed{")
@@ -613,8 +613,8 @@ def pick(text: str, choices: Sequence[str]) -> str | None:
             weak.add(w.group("letter"))
     found |= {r.group("letter") for r in _IS_RIGHT.finditer(s)}  # (c'')
     found |= {p.group(1) for p in _PAREN.finditer(s)}  # (d)
-    if (t := _TAIL.search(s)):  # (d')
-        weak.add(t.group(1))
+    if (tail := _TAIL.search(s)):  # (d')
+        weak.add(tail.group(1))
     for o in _OR.finditer(line):  # (d'')
         found |= {o.group(1), o.group(2)}
     found |= weak & set(valid)

@@ -154,7 +154,7 @@ over ``k`` arms, pass ``alpha / k``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,7 +198,7 @@ class Interval:
     def half_width(self) -> float:
         return (self.hi - self.lo) / 2.0
 
-    def __iter__(self):  # estimate, lo, hi = interval
+    def __iter__(self) -> Iterator[float]:  # estimate, lo, hi = interval
         return iter((self.estimate, self.lo, self.hi))
 
 
@@ -532,7 +532,7 @@ class StoppingRule:
         if image is not None:
             self._names.add(image)
         item = (questions, {a: correct[a] for a in self.accuracy}, image)
-        if not positioned:
+        if position is None:  # not positioned
             self._enter(*item)
             return 1
         self._pending[position] = item

@@ -271,7 +271,8 @@ class BenchmarkStats:
     average_accuracy: dict[str, float]  # unweighted mean of the per-type accuracies
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(self)
+        out: dict[str, Any] = _jsonable(self)  # a dataclass becomes a dict
+        return out
 
 
 @dataclass(frozen=True)
@@ -291,7 +292,8 @@ class ViewStats:
     by_type: dict[str, dict[str, ViewStat]]
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(self)
+        out: dict[str, Any] = _jsonable(self)  # a dataclass becomes a dict
+        return out
 
 
 @dataclass(frozen=True)
@@ -330,7 +332,8 @@ class AggregateStats:
     by_type: dict[str, dict[str, ViewStat]]  # per covered type and arm: n, mean credit (no interval)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(self)
+        out: dict[str, Any] = _jsonable(self)  # a dataclass becomes a dict
+        return out
 
 
 def _jsonable(obj: Any) -> Any:
@@ -487,7 +490,8 @@ def _mean_of_ratios(sums: np.ndarray, ratios: Sequence[int]) -> np.ndarray:
     defined = ~np.isnan(stacked)
     count = defined.sum(axis=-1)
     total = np.where(defined, stacked, 0.0).sum(axis=-1)
-    return np.divide(total, count, out=np.full(np.shape(total), math.nan), where=count > 0)
+    mean: np.ndarray = np.divide(total, count, out=np.full(np.shape(total), math.nan), where=count > 0)
+    return mean
 
 
 def cluster_bootstrap_ci(
@@ -1033,7 +1037,8 @@ class SampleStats:
     by_type: dict[str, SampleGroup]
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(self)
+        out: dict[str, Any] = _jsonable(self)  # a dataclass becomes a dict
+        return out
 
 
 def summarize_samples(

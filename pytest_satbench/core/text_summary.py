@@ -185,11 +185,11 @@ def render_stats(st: BenchmarkStats, width: int = 80) -> list[str]:
             pair = g.paired.get(arm)
             if pair is None:
                 continue
-            o = g.accuracy[A.ORIG].accuracy if A.ORIG in g.accuracy else None
-            r = g.accuracy[arm].accuracy if arm in g.accuracy else None
+            acc_o = g.accuracy[A.ORIG].accuracy if A.ORIG in g.accuracy else None
+            acc_r = g.accuracy[arm].accuracy if arm in g.accuracy else None
             ci = F.points_interval(pair.ci_low, pair.ci_high)
             lines.append(
-                f"{label[:tw - 1]:<{tw}}{pair.n_pairs:>6}{_cell(o):>6}{_cell(r):>6}{pair.delta:>+7.1f} "
+                f"{label[:tw - 1]:<{tw}}{pair.n_pairs:>6}{_cell(acc_o):>6}{_cell(acc_r):>6}{pair.delta:>+7.1f} "
                 f"{ci if ci != F.MISSING else _NO_INTERVAL:<14}{pair.regressed:>5}{pair.improved:>5}  "
                 f"{F.p_value(pair.mcnemar_p):<6}{pair.n_errors:>5}"
             )

@@ -24,11 +24,10 @@ from collections import Counter
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from pytest_satbench.core import arms as A
 from pytest_satbench.core.reasoning import ReasoningStats, ReasoningTally
 from pytest_satbench.core.records import AnswerRow, LimitTrace, ServerTraffic
 from pytest_satbench.core.redact import redact_url
-
-from pytest_satbench.core import arms as A
 
 __all__ = ["ServerUsage", "Usage", "UsageTally", "VisualTokens", "percentile", "per_thousand", "resized_line"]
 
@@ -153,7 +152,7 @@ class _ServerTally:
     completion_tokens: int = 0
     cost: float = 0.0
     rows_with_cost: int = 0
-    latencies: array = field(default_factory=lambda: array("d"))  # 8 bytes per answer
+    latencies: array[float] = field(default_factory=lambda: array("d"))  # 8 bytes per answer
     models: Counter[str] = field(default_factory=Counter)
     _model: dict[str | None, str] = field(default_factory=dict)  # str(model) once per model
 
