@@ -19,6 +19,7 @@ from __future__ import annotations
 import email
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -31,7 +32,6 @@ import pytest
 from pytest_satbench._version import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "pytest_satbench"
 
 pytestmark = pytest.mark.slow
 
@@ -51,18 +51,35 @@ def _user_env(venv: Path) -> dict[str, str]:
     return env
 
 
-def _package_files() -> set[str]:
-    return {p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*")
+def _package_files(source: Path) -> set[str]:
+    return {p.relative_to(source).as_posix() for p in (source / "pytest_satbench").rglob("*")
             if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")}
 
 
+def _not_source(folder: str, names: list[str]) -> set[str]:
+    """What the copy of the checkout leaves out: caches, virtual environments, build and run
+    outputs (the sdist's own choice is MANIFEST.in's; this only keeps the copy small)."""
+    at_root = Path(folder) == ROOT
+    return {n for n in names if n == "__pycache__" or n.endswith((".pyc", ".egg-info"))
+            or (at_root and (n.startswith(".") or n in {"build", "dist", "reports", "mlruns", "wandb"}))}
+
+
 @pytest.fixture(scope="module")
-def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The sdist, and the wheel built from it (python -m build's default route), with the
-    checkout's setuptools (no build isolation: nothing to fetch for the build itself)."""
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the checkout to build from: building writes its egg-info beside the sources, and
+    the checkout is not the test's to write to (another test run may be building it too)."""
+    copy = tmp_path_factory.mktemp("source") / "pytest-satbench"
+    shutil.copytree(ROOT, copy, ignore=_not_source)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def dists(source: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sdist, and the wheel built from it (python -m build's default route), with this
+    environment's setuptools (no build isolation: nothing to fetch for the build itself)."""
     pytest.importorskip("build", reason="the dist extra builds the release files: pip install -e '.[dist]'")
     out = tmp_path_factory.mktemp("dist")
-    built = _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", out, ROOT], ROOT, dict(os.environ))
+    built = _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", out, source], source, dict(os.environ))
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (sdist,) = out.glob("*.tar.gz")
     (wheel,) = out.glob("*.whl")
@@ -75,7 +92,7 @@ def test_twine_checks_both_files(dists: tuple[Path, Path]) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_the_sdist_holds_the_project(dists: tuple[Path, Path]) -> None:
+def test_the_sdist_holds_the_project(dists: tuple[Path, Path], source: Path) -> None:
     sdist, _ = dists
     with tarfile.open(sdist) as tar:
         top = f"pytest_satbench-{__version__}/"
@@ -84,12 +101,12 @@ def test_the_sdist_holds_the_project(dists: tuple[Path, Path]) -> None:
                    "benchmarks/test_demo.py", "docs/index.md", "docs/hooks.py", "tests/test_wheel.py",
                    "tests/servers.py"):
         assert needed in names, f"the sdist lacks {needed}"
-    assert _package_files() <= names, sorted(_package_files() - names)
+    assert _package_files(source) <= names, sorted(_package_files(source) - names)
     assert not [n for n in names if n.startswith((".venv", ".pytest_cache", ".ci", "reports/", "performance/out"))
                 or "__pycache__" in n or n.endswith(".pyc")]
 
 
-def test_the_wheel_holds_the_package_and_its_metadata(dists: tuple[Path, Path]) -> None:
+def test_the_wheel_holds_the_package_and_its_metadata(dists: tuple[Path, Path], source: Path) -> None:
     _, wheel = dists
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
@@ -97,7 +114,7 @@ def test_the_wheel_holds_the_package_and_its_metadata(dists: tuple[Path, Path]) 
         meta = email.message_from_bytes(zf.read(f"{info}/METADATA"))
         entry_points = zf.read(f"{info}/entry_points.txt").decode()
     assert {n.split("/")[0] for n in names} == {"pytest_satbench", info}
-    assert _package_files() <= names, sorted(_package_files() - names)  # data files too
+    assert _package_files(source) <= names, sorted(_package_files(source) - names)  # data files too
     assert f"{info}/licenses/LICENSE" in names
     assert meta["Name"] == "pytest-satbench" and meta["Version"] == __version__
     assert meta["License-Expression"] == "MIT" and meta["Requires-Python"] == ">=3.10"
