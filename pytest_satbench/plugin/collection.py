@@ -203,20 +203,21 @@ class Collection:
                    f"{self.root_source()})" if root is not None else "no data root is set")
             tr.write_line(
                 f"satbench: no items ran: {', '.join(names)} {'was' if one else 'were'} left out, as {why}; point "
-                f"{SETS_DATA_ROOT} at the folder that holds the benchmarks", red=True)
+                f"{SETS_DATA_ROOT} at the folder that holds the benchmarks{_fetch_advice(names, root)}", red=True)
 
 
 COLLECTION_KEY = pytest.StashKey[Collection]()
 
 
-def _fetch_advice(name: str, root: Path | None) -> str:
-    """How to download a left-out benchmark's files, where a public source is known for it
+def _fetch_advice(names: str | list[str], root: Path | None) -> str:
+    """How to download left-out benchmarks' files, for those a public source is known for
     (docs/data.md)."""
     from pytest_satbench.datasets.sources import for_benchmark
 
-    if for_benchmark(name) is None:
+    known = [n for n in ([names] if isinstance(names, str) else names) if for_benchmark(n) is not None]
+    if not known:
         return ""
-    return f"; or fetch them: python -m pytest_satbench.data fetch {name}" + (
+    return f"; or fetch them: python -m pytest_satbench.data fetch {' '.join(known)}" + (
         f" --root {root.absolute()}" if root is not None else "")
 
 

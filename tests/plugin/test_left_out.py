@@ -54,7 +54,7 @@ def test_a_wrong_data_root_says_what_it_looked_for_and_why_nothing_ran(
          f"or fetch them: python -m pytest_satbench.data fetch rsvqa_lr --root {empty})"),
         (f"satbench: no items ran: rsvqa_lr was left out, as its files are not under the data root {empty} "
          f"(from {source}); point --data-root DIR (ini satbench_data_root) or $SATBENCH_DATA_ROOT at the folder "
-         "that holds the benchmarks"),
+         f"that holds the benchmarks; or fetch them: python -m pytest_satbench.data fetch rsvqa_lr --root {empty}"),
         "*no tests ran*",
     ])
     assert "rsvqa_hr" not in result.stdout.str()  # -k cannot select it: not loaded, not said
