@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ZENODO = "https://zenodo.org/"
+NONE_KNOWN = None  # a checksum field where no published value could be read (never a guess)
 HUB = "https://huggingface.co/"
 
 
@@ -105,12 +106,13 @@ SOURCES: tuple[Source, ...] = (
         licence="CC BY 4.0 (Zenodo record)",
         homepage="https://rsvqa.sylvainlobry.com/",
         files=(
-            # the file names the loaders read (syvlo/RSVQA AutomaticDB/Splits.py writes them);
-            # MD5: none known (module docstring)
-            File("LR_split_test_questions.json", "RSVQA-LR/LR_split_test_questions.json"),
-            File("LR_split_test_answers.json", "RSVQA-LR/LR_split_test_answers.json"),
+            # the file names the loaders read (syvlo/RSVQA AutomaticDB/Splits.py writes them).
+            # Zenodo's MD5s of this record: none known here (its record page and API were not
+            # readable); read from the record API at fetch time
+            File("LR_split_test_questions.json", "RSVQA-LR/LR_split_test_questions.json", checksum=NONE_KNOWN),
+            File("LR_split_test_answers.json", "RSVQA-LR/LR_split_test_answers.json", checksum=NONE_KNOWN),
             # Images_LR/<img_id>.tif (big_vision rsvqa_lr.py, torchrs image_root="Images_LR")
-            File("Images_LR.zip", "RSVQA-LR", kind="zip", top="Images_LR"),
+            File("Images_LR.zip", "RSVQA-LR", kind="zip", top="Images_LR", checksum=NONE_KNOWN),
         ),
         approx_size="about 200 MB (big_vision's docstring)",
     ),
@@ -124,18 +126,19 @@ SOURCES: tuple[Source, ...] = (
         revision="",
         licence="CC BY 4.0 (Zenodo record)",
         homepage="https://rsvqa.sylvainlobry.com/",
+        # Zenodo's MD5s of this record: none known here, as for RSVQA-LR
         files=(
             File("USGS_split_test_questions.json", "RSVQA-HR/USGS_split_test_questions.json",
-                 only=("rsvqa_hr",)),
+                 only=("rsvqa_hr",), checksum=NONE_KNOWN),
             File("USGS_split_test_answers.json", "RSVQA-HR/USGS_split_test_answers.json",
-                 only=("rsvqa_hr",)),
+                 only=("rsvqa_hr",), checksum=NONE_KNOWN),
             File("USGS_split_test_phili_questions.json", "RSVQA-HR/USGS_split_test_phili_questions.json",
-                 only=("rsvqa_hr_phili",)),
+                 only=("rsvqa_hr_phili",), checksum=NONE_KNOWN),
             File("USGS_split_test_phili_answers.json", "RSVQA-HR/USGS_split_test_phili_answers.json",
-                 only=("rsvqa_hr_phili",)),
+                 only=("rsvqa_hr_phili",), checksum=NONE_KNOWN),
             # Data/<img_id>.tif, with .png copies beside them; GeoChat re-evaluation guides
             # unpack only `tar -xvf Images.tar --wildcards "Data/*.tif"` (10,659 files)
-            File("Images.tar", "RSVQA-HR", kind="tar", top="Data", members=("Data/*.tif",)),
+            File("Images.tar", "RSVQA-HR", kind="tar", top="Data", members=("Data/*.tif",), checksum=NONE_KNOWN),
         ),
         approx_size="about 14 GB, nearly all Images.tar (big_vision's docstring: 14G)",
     ),
@@ -152,13 +155,16 @@ SOURCES: tuple[Source, ...] = (
         licence="CC BY 4.0 on the dataset card and in the paper's appendix D (some copies of the card said CC BY-NC 4.0)",
         homepage="https://github.com/lx709/VRSBench",
         files=(
-            # the names before the dataset's rename; the loader accepts both (vrsbench.py)
-            File("RSBench_EVAL_vqa.json", "VRSBench/RSBench_EVAL_vqa.json", only=("vrsbench",)),
+            # the names before the dataset's rename; the loader accepts both (vrsbench.py).
+            # Plain git files, not LFS (the v1.0 commit be03677 adds them without a pointer), so
+            # the Hub publishes no SHA-256 for them: none known; trusted on first use
+            File("RSBench_EVAL_vqa.json", "VRSBench/RSBench_EVAL_vqa.json", only=("vrsbench",),
+                 checksum=NONE_KNOWN),
             File("RSBench_EVAL_referring.json", "VRSBench/RSBench_EVAL_referring.json",
-                 only=("vrsbench_ref",)),
+                 only=("vrsbench_ref",), checksum=NONE_KNOWN),
             # Images_val/<image_id>.png; LFS SHA-256: none known here (the v1.0 commit page
             # be03677 shows the other archives' oids, not this one's): read from the tree API
-            File("Images_val.zip", "VRSBench", kind="zip", top="Images_val"),
+            File("Images_val.zip", "VRSBench", kind="zip", top="Images_val", checksum=NONE_KNOWN),
         ),
         approx_size="about 4 GB (Images_val.zip 3.98 GB, the JSON files 20 MB)",
         pin="a commit that holds every file the loaders read",
@@ -176,7 +182,9 @@ SOURCES: tuple[Source, ...] = (
         revision="main",
         licence="MIT (dataset card)",
         homepage="https://github.com/NJU-LHRS/LHRS-Bot",
-        files=(File("LHRS-Bench/qa.json", "LHRS_Bench/qa.json"),),
+        # qa.json is an LFS file (259 kB, tree page): its SHA-256 is none known here, read from
+        # the tree API at the pinned commit, as are the images'
+        files=(File("LHRS-Bench/qa.json", "LHRS_Bench/qa.json", checksum=NONE_KNOWN),),
         listings=(Listing("LHRS-Bench/imgs_jpg", "LHRS_Bench/imgs_jpg"),),
         approx_size="about 100 MB (qa.json 259 kB and the JPEG images)",
         pin="pinned at first use (the lock file keeps the commit)",
