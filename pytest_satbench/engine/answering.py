@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pytest_satbench.core import judge as J
 from pytest_satbench.core.arms import BLIND, image_arm, is_repeat, judge_arm, repeat_arm, sample_arm, sample_of
 from pytest_satbench.core.question import Question
+from pytest_satbench.core.records import AnswerRow
 from pytest_satbench.core.redact import redact
 from pytest_satbench.core.scoring import Score, ScoreOptions, final_answer, score
 from pytest_satbench.core.verdict import QuestionResult, score_question
@@ -26,7 +27,7 @@ from pytest_satbench.engine.client import Answer, ServerPool
 from pytest_satbench.engine.failures import RequestFailed
 from pytest_satbench.engine.fingerprint import AskSettings, arm_fingerprint
 from pytest_satbench.engine.images import ImageError, ImagePipeline, PreparedImage
-from pytest_satbench.engine.store import AnswerRow, ResultStore
+from pytest_satbench.engine.store import ResultStore
 
 
 @dataclass(slots=True)

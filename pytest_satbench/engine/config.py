@@ -100,7 +100,7 @@ class RuntimeConfig:
         from pytest_satbench.core.redact import redact
 
         # redacted before it is stored: a command line can carry user:password@ in a URL
-        return redact({
+        protocol: dict[str, Any] = redact({
             "plugin_version": __version__,
             "command": list(self.command),
             "model": model,
@@ -124,6 +124,7 @@ class RuntimeConfig:
             **({"samples": self.samples_record()} if self.samples > 1 else {}),
             **({"shard": dict(self.shard)} if self.shard else {}),
         })
+        return protocol
 
 
     def samples_record(self) -> dict[str, Any]:

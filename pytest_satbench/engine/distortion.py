@@ -74,7 +74,8 @@ def gaussian_window() -> np.ndarray:
     with truncate 3.5 at sigma 1.5 uses the same 11 taps, which scikit-image relies on)."""
     x = np.arange(WINDOW, dtype=np.float64) - WINDOW // 2
     w = np.exp(-(x * x) / (2.0 * SIGMA * SIGMA))
-    return w / w.sum()
+    window: np.ndarray = w / w.sum()
+    return window
 
 
 def _valid_filter(a: np.ndarray, w: np.ndarray, axis: int) -> np.ndarray:
@@ -87,7 +88,7 @@ def _valid_filter(a: np.ndarray, w: np.ndarray, axis: int) -> np.ndarray:
         index[axis] = slice(k, k + n)
         return a[tuple(index)]
 
-    out = part(half) * w[half]
+    out: np.ndarray = part(half) * w[half]
     tmp = np.empty_like(out)
     for k in range(half):  # w[k] == w[-1-k]: one multiplication for both taps
         np.add(part(k), part(len(w) - 1 - k), out=tmp)
@@ -163,7 +164,8 @@ def downsample(a: np.ndarray) -> np.ndarray:
     h, w = a.shape[:2]
     if h % 2 or w % 2:
         a = np.pad(a, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge")
-    return 0.25 * (a[0::2, 0::2] + a[1::2, 0::2] + a[0::2, 1::2] + a[1::2, 1::2])
+    mean: np.ndarray = 0.25 * (a[0::2, 0::2] + a[1::2, 0::2] + a[0::2, 1::2] + a[1::2, 1::2])
+    return mean
 
 
 def ssim_and_msssim(a: np.ndarray, b: np.ndarray) -> tuple[float, float | None]:

@@ -22,9 +22,10 @@ import io
 import os
 import threading
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from PIL import Image, UnidentifiedImageError
 
@@ -35,6 +36,9 @@ from pytest_satbench.core.records import Distortion
 from pytest_satbench.engine.config import config_default
 from pytest_satbench.engine.fingerprint import PIPELINE_VERSION
 from pytest_satbench.engine.store import ImageInfo, ResultStore
+
+if TYPE_CHECKING:
+    from pytest_satbench.engine.diskcache import DiskCache
 
 SEND_QUALITY = 95
 
@@ -80,7 +84,7 @@ class ImagePipeline:
         cache_images: int = config_default("cache_images"),
         cache_mb: int = config_default("cache_mb"),
         workers: int = 2,
-        disk_cache: object | None = None,
+        disk_cache: DiskCache | None = None,
         lpips: object | None = None,
         say: Callable[[str], None] | None = None,
     ) -> None:
@@ -293,7 +297,7 @@ class ImagePipeline:
 
     # ------------------------------------------------------------------ disk cache
     def _disk_key(self, codec: Codec, arm: str, info: ImageInfo, target: tuple[int, int]) -> str:
-        return self.disk_cache.key_for(  # type: ignore[union-attr]
+        return self.disk_cache.key_for(  # type: ignore[union-attr]  # called only with a disk cache set
             info.sha256, arm, codec.identity(), PIPELINE_VERSION, f"{target[0]}x{target[1]}"
         )
 
@@ -303,7 +307,7 @@ class ImagePipeline:
         tokens = _tokens(codec, info)
         found: dict[str, ArmImage] = {}
         for spec in codec.arms:
-            data = self.disk_cache.get(self._disk_key(codec, spec.canonical, info, target))  # type: ignore[union-attr]
+            data = self.disk_cache.get(self._disk_key(codec, spec.canonical, info, target))
             if data is None:
                 return None
             found[spec.canonical] = ArmImage(data, hashlib.sha256(data).hexdigest(), target, tokens.get(spec.canonical))
@@ -311,7 +315,7 @@ class ImagePipeline:
 
     def _to_disk(self, codec: Codec, arm: str, info: ImageInfo, target: tuple[int, int], data: bytes) -> None:
         if self.disk_cache is not None and codec.disk_cacheable:
-            self.disk_cache.put(self._disk_key(codec, arm, info, target), data)  # type: ignore[union-attr]
+            self.disk_cache.put(self._disk_key(codec, arm, info, target), data)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -328,7 +332,8 @@ def _decode(ref: ImageRef) -> Image.Image:
     try:
         with Image.open(io.BytesIO(ref.read_bytes())) as im:
             im.load()
-            return im.convert("RGB")
+            rgb: Image.Image = im.convert("RGB")
+            return rgb
     except FileNotFoundError:
         raise ImageError(f"image not found: {ref.describe()}; check --data-root") from None
     except (UnidentifiedImageError, OSError, ValueError) as exc:

@@ -96,7 +96,8 @@ class LookAhead(Generic[T, R]):
             with self._room:
                 self._held -= 1
                 self._room.notify()
-            return _wait(got, timeout, poll, every)
+            fut: Future[R] = got  # a Future, checked above
+            return _wait(fut, timeout, poll, every)
         self.submitted_on_demand += 1
         return _wait(self._submit(item), timeout, poll, every)
 

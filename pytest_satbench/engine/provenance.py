@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pytest_satbench.engine.store import ResultStore
 
@@ -46,7 +46,7 @@ def served_model_change(store: ResultStore, tag: str, run_id: str,
     for prev in store.runs(tag):
         if prev["run_id"] == run_id:
             continue
-        old = prev["protocol"].get("served_model") or {}  # type: ignore[union-attr]
+        old = cast("dict[str, Any]", prev["protocol"]).get("served_model") or {}  # runs() parses it to a dict
         model = proto["model"]
         if old.get("root") and now.get("root") and old["root"] != now["root"]:
             return (f"--tag {tag}: model {model!r} is now served from {now['root']!r}, the earlier run's "

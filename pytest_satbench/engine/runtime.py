@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_satbench.codecs.base import build_codecs
 from pytest_satbench.core import prompts, verdict
@@ -22,13 +22,16 @@ from pytest_satbench.core.records import LimitTrace, ServerTraffic
 from pytest_satbench.core.scoring import ScoreOptions
 from pytest_satbench.engine.answering import ItemResult, Job, Judge, QuestionRunner
 from pytest_satbench.engine.client import ServerPool
-from pytest_satbench.engine.failures import ModelMismatch, ServerUnavailable
 from pytest_satbench.engine.config import RuntimeConfig
+from pytest_satbench.engine.failures import ModelMismatch, ServerUnavailable
 from pytest_satbench.engine.fingerprint import AskSettings
 from pytest_satbench.engine.images import ImagePipeline
 from pytest_satbench.engine.lookahead import LookAhead
 from pytest_satbench.engine.provenance import protocol_conflict, served_model_change
 from pytest_satbench.engine.store import ResultStore, StoreError
+
+if TYPE_CHECKING:
+    from pytest_satbench.engine.diskcache import DiskCache
 
 
 class Askable(Protocol):
@@ -205,7 +208,7 @@ class Runtime:
         except LpipsWeightsError as exc:
             raise StartError(str(exc)) from None
 
-    def _disk_cache(self) -> object | None:
+    def _disk_cache(self) -> DiskCache | None:
         if self.cfg.recon_cache_dir is None:
             return None
         from pytest_satbench.engine.diskcache import DiskCache

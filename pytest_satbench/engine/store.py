@@ -479,9 +479,12 @@ class ResultStore:
 
     def count(self, status: str | None = None) -> int:
         self.flush()  # this process's queued writes first
+        n: int
         if status:
-            return self._conn().execute("SELECT COUNT(*) FROM answers WHERE status=?", (status,)).fetchone()[0]
-        return self._conn().execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+            n = self._conn().execute("SELECT COUNT(*) FROM answers WHERE status=?", (status,)).fetchone()[0]
+        else:
+            n = self._conn().execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+        return n
 
     def export_jsonl(self, path: Path, benchmark: str | None = None) -> int:
         """Write every row (answers and errors) as JSON lines; returns the number written."""

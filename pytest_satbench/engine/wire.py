@@ -39,8 +39,8 @@ import email.utils
 import json
 import math
 import time
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_satbench.core.scoring import inline_reasoning
