@@ -322,7 +322,9 @@ def source_rows() -> list[dict[str, Any]]:
                 "source": s.name, "benchmarks": ", ".join(s.benchmarks),
                 "url": (ZENODO if s.host == "zenodo" else HUB) + s.relpath(f.path),
                 "dest": f.dest + (f"/{f.top}" if f.top else ""),
-                "checksum": f.checksum or ("Zenodo's MD5 (record API) else first-seen SHA-256" if s.host == "zenodo"
-                                           else "Hub LFS SHA-256 (tree API) else first-seen SHA-256"),
+                "checksum": f.checksum or ("none shipped (none known); Zenodo's MD5 from its record API, "
+                                           "else the first-seen SHA-256" if s.host == "zenodo" else
+                                           "none shipped (none known); the Hub's LFS SHA-256 from its tree API, "
+                                           "else the first-seen SHA-256"),
             })
     return rows
