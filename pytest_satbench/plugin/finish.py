@@ -39,6 +39,7 @@ class Finish:
         self.report_dirs: list[Path] = []
         self.sent: int | None = None  # requests this run's clients sent (None: not recorded)
         self.report_error: str | None = None
+        self.tracker_lines: list[str] = []
         # items whose run is over (pytest_runtest_logfinish), for what a stopped run never reached:
         # a count where items run in collection order, their node ids on an xdist controller
         self._finished = 0
@@ -135,7 +136,8 @@ class Finish:
         # the files that list every answer are written while the store is read, once: the
         # run's rows never wait in memory for them (report/__init__.py)
         reports = RunReports(Path(state.config.rootpath) / "reports", recon_cache=store.path.parent.parent / "satbench-recon",
-                             reasons_from=store if settings.asked_anew else None, distortions_from=store) \
+                             reasons_from=store if settings.asked_anew else None, distortions_from=store,
+                             log_to=settings.log_to) \
             if settings.reports else None
         # Re-scoring makes a few objects per question, none in a cycle, while the session's
         # millions (items, kept reports) stay: the cyclic GC would walk them all again and
@@ -155,6 +157,7 @@ class Finish:
                 session.exitstatus = gates.GATE_FAILED_EXIT
             if reports is not None:
                 self.report_dirs = self._write_reports(reports)
+                self.tracker_lines = list(reports.logged)  # --log-to: what each tracker got, or why not
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -196,6 +199,8 @@ class Finish:
                 terminalreporter.write_line(f"satbench: {failed} gate(s) failed (exit status {gates.GATE_FAILED_EXIT} when no item failed)", red=True)
         for folder in self.report_dirs:
             terminalreporter.write_line(f"satbench: report written to {folder}")
+        for line in self.tracker_lines:
+            terminalreporter.write_line(line, yellow=" not logged " in line or "not installed" in line)
         if self.report_error:
             terminalreporter.write_line(f"satbench: writing reports failed: {self.report_error}", red=True)
         self.collection.summary_left_out(terminalreporter, exitstatus)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pytest_satbench.codecs.base import ArmSpec
     from pytest_satbench.core.gates import Gate
     from pytest_satbench.engine.fleetfile import ServerList
+    from pytest_satbench.report.trackers import TrackerSpec
 
 GROUP = "satbench"
 
@@ -317,6 +318,20 @@ def _gpu_index(where: str, raw: str) -> int:
     return int(raw)
 
 
+def _log_to(where: str, texts: Sequence[str]) -> tuple[TrackerSpec, ...]:
+    from pytest_satbench.report.trackers import TrackerError, parse_spec
+
+    out: list[TrackerSpec] = []
+    for text in texts:
+        try:
+            spec = parse_spec(text)
+        except TrackerError as exc:
+            raise pytest.UsageError(f"{where}: {exc}") from None
+        if spec not in out:
+            out.append(spec)
+    return tuple(out)
+
+
 def _gates(where: str, texts: Sequence[str]) -> tuple[Gate, ...]:
     from pytest_satbench.core.gates import GateError, parse_gate
 
@@ -582,6 +597,11 @@ OPTIONS: tuple[Option, ...] = (
            "dataset version", kind="flag", config="allow_protocol_change"),
     Option("--export-jsonl", "write every stored row to reports/results.jsonl at the end", kind="flag",
            default=False),
+    Option("--log-to", "log each report to an experiment tracker, repeatable: mlflow[:TRACKING_URI] or "
+           "wandb[:PROJECT]; one tracker run per benchmark and tag, updated when the tag is resumed; needs the "
+           "extra (pytest-satbench[mlflow] or [wandb]); a tracker's failure is one line (docs/trackers.md)",
+           kind="list", default=(), parse=_log_to, ini="satbench_log_to",
+           metavar="mlflow[:URI]|wandb[:PROJECT]", default_doc="none"),
     Option("--asked-anew", "the report counts this run's answers asked anew by reason (new question, model, "
            "prompt, image bytes, --fresh, ...); reads every earlier run's records of the benchmark (about 1.6 s "
            "per 100,000 stored answers)", kind="flag", default=False),
@@ -665,6 +685,7 @@ class Settings:
     judge_model: str | None = _D["judge_model"]
     export_jsonl: bool = _D["export_jsonl"]
     asked_anew: bool = _D["asked_anew"]
+    log_to: tuple[TrackerSpec, ...] = _D["log_to"]  # --log-to
     allow_protocol_change: bool = _D["allow_protocol_change"]
     gates: tuple[Gate, ...] = _D["gates"]
     bootstrap: int = _D["bootstrap"]

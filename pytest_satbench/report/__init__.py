@@ -45,6 +45,8 @@ def write_reports(
     recon_cache: Path | None = None,
     gallery_limit: int = MAX_GALLERY,
     asked_anew: bool = False,
+    log_to: Sequence[Any] = (),
+    logged: list[str] | None = None,
 ) -> list[Path]:
     """Write the reports of every benchmark of `run_id`; returns the folders written.
 
@@ -53,14 +55,19 @@ def write_reports(
     layout). `asked_anew`: summary.json and report.md count the run's answers asked anew by
     reason (`RunReports.reasons_from`). Raises KeyError when the run is not in the store. (The
     plugin, which needs the results for the terminal and the gates too, uses `RunReports`
-    around its own `collect`.)
+    around its own `collect`.) `log_to`: `report.trackers.TrackerSpec`s each folder is logged to
+    (`logged`, a list given, gets one line per folder and tracker).
     """
     reports = RunReports(out_root, recon_cache=_default_recon_cache(store, recon_cache), gallery_limit=gallery_limit,
-                         reasons_from=store if asked_anew else None, distortions_from=store)
+                         reasons_from=store if asked_anew else None, distortions_from=store, log_to=log_to)
     try:
         results = collect(store, run_id, iterations=iterations, each=reports.each)
         reports.raise_failure()
-        return reports.write(results, gates)
+        try:
+            return reports.write(results, gates)
+        finally:
+            if logged is not None:
+                logged.extend(reports.logged)
     finally:
         reports.discard()
 
@@ -105,13 +112,20 @@ class RunReports:
 
     `distortions_from`: the store to ask, once per benchmark, for the distortion of the images
     sent (`report.build.distortion_flips`): the flips-against-distortion section, per_image.csv's
-    distortion columns and predictions.jsonl's; None: not asked (no section)."""
+    distortion columns and predictions.jsonl's; None: not asked (no section).
+
+    `log_to`: the experiment trackers (`report.trackers.TrackerSpec`, --log-to) each folder is
+    logged to once written; `logged` gets one line per folder and tracker, and a tracker's
+    failure is only its line. The tracker run's identity reads the tag's first run from
+    `distortions_from` (else the oldest run the report covers)."""
 
     out_root: Path
     recon_cache: Path | None = None
     gallery_limit: int = MAX_GALLERY
     reasons_from: ResultStore | None = None
     distortions_from: ResultStore | None = None
+    log_to: Sequence[Any] = ()
+    logged: list[str] = field(default_factory=list)
     failure: BaseException | None = None
     _streamed: dict[tuple[str, str], _Streamed] = field(default_factory=dict, init=False, repr=False)
 
@@ -156,7 +170,21 @@ class RunReports:
                 anew = why.asked_anew(per_run[data.run_id].get(data.benchmark, Counter()))
             _write_one(data, streamed, gates, self.recon_cache, anew, self.distortions_from)
             written.append(streamed.folder)
+            if self.log_to:
+                self._log(data, streamed.folder)
         return written
+
+    def _log(self, data: BenchmarkResult, folder: Path) -> None:
+        from pytest_satbench.report.trackers import log_report
+
+        first = None
+        if self.distortions_from is not None:
+            try:
+                runs = self.distortions_from.runs(data.tag)
+                first = str(runs[-1]["run_id"]) if runs else None  # newest first: the tag's first run is last
+            except Exception:  # noqa: BLE001  (the oldest run the report covers stands in)
+                first = None
+        self.logged.extend(log_report(self.log_to, folder, data, first))
 
     def discard(self) -> None:
         for streamed in self._streamed.values():

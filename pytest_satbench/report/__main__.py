@@ -1,6 +1,7 @@
 """`python -m pytest_satbench.report`: write (or list) run reports from the results store.
 
     python -m pytest_satbench.report [--store PATH] [--run RUN_ID | --tag TAG] [--out reports] [--list]
+                                     [--log-to mlflow[:URI] | --log-to wandb[:PROJECT] ...]
     python -m pytest_satbench.report --compare A B [--benchmark NAME] [--allow-different-data]
     python -m pytest_satbench.report --why KEY [--benchmark NAME]
     python -m pytest_satbench.report --reasons [--run RUN_ID | --tag TAG]
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--asked-anew", action="store_true",
                     help="summary.json and report.md count the run's answers asked anew by reason (new question, "
                          "model, prompt, image bytes, --fresh, ...); off by default: ~1.6 s per 100,000 stored rows")
+    ap.add_argument("--log-to", action="append", default=[], metavar="mlflow[:URI]|wandb[:PROJECT]",
+                    help="log each written report to an experiment tracker, repeatable (docs/trackers.md): the "
+                         "tracker run of the benchmark and tag is updated, not duplicated")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"),
                     help="paired comparison of B against A, each TAG (its orig arm), TAG:ARM or :ARM (an arm of the "
                          "newest run's tag); written to OUT/<benchmark>/compare/<A>-vs-<B>/")
@@ -96,6 +100,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--merge STORE... and --into STORE go together")
     if args.merge is not None:
         return _merge(args.merge, args.into)
+    log_to = []
+    if args.log_to:
+        from pytest_satbench.report.trackers import TrackerError, parse_spec
+
+        try:
+            log_to = [parse_spec(t) for t in args.log_to]
+        except TrackerError as exc:
+            ap.error(f"--log-to: {exc}")
     if args.plan is not None and not (args.width or args.detect):
         ap.error("--plan needs --width W and/or --detect D")
     if (args.width is not None and args.width <= 0) or args.detect == 0:
@@ -170,11 +182,15 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"no runs{' with tag ' + repr(args.tag) if args.tag else ''} in {args.store}; see --list")
         from pytest_satbench.report import write_reports
 
-        folders = write_reports(store, run_id, args.out, iterations=args.iterations, asked_anew=args.asked_anew)
+        logged: list[str] = []
+        folders = write_reports(store, run_id, args.out, iterations=args.iterations, asked_anew=args.asked_anew,
+                                log_to=log_to, logged=logged)
         if not folders:
             return _fail(f"run {run_id} has no recorded questions; nothing to report", 1)
         for f in folders:
             print(f"satbench: report written to {f}")
+        for line in logged:  # a tracker's failure is its line; the reports are written either way
+            print(line)
         return 0
     finally:
         store.close()

@@ -142,6 +142,8 @@ def ini_cases(d1: Path, d2: Path) -> dict[str, IniCase]:
                     (d2 / "b.sqlite").resolve()),
         "--judge": ("http://j:1", "http://k:2,gpt-4o-mini", lambda s: (s.judge_url, s.judge_model),
                     ("http://j:1", None), ("http://k:2", "gpt-4o-mini")),
+        "--log-to": ("wandb:lab/vqa", "mlflow:sqlite:///m.db", lambda s: tuple(t.text for t in s.log_to),
+                     ("wandb:lab/vqa",), ("mlflow:sqlite:///m.db",)),
         # the ini's gates are added to the command line's, not replaced
         "--gate": ("delta>=-2.0", "recon>=0.5", lambda s: tuple(g.text for g in s.gates),
                    ("delta>=-2.0",), ("delta>=-2.0", "recon>=0.5")),
@@ -202,6 +204,7 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--repeat-sample": ("x", "--repeat-sample: expected an integer, got 'x'"),
     "--samples": ("0", "--samples: must be at least 1, got 0"),
     "--bootstrap": ("x", "--bootstrap: expected an integer, got 'x'"),
+    "--log-to": ("neptune", "--log-to: 'neptune' names no tracker; pass mlflow[:URI] or wandb[:PROJECT]"),
     "--progress-every": ("-1", "--progress-every: must be at least 0, got -1"),
     "--order": ("shuffled", "--order: expected one of dataset, random, got 'shuffled'"),
     "--seed": ("-3", "--seed: must be at least 0, got -3"),
