@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pytest_satbench._version import __version__
+
 __all__ = ["Benchmark", "ImageRef", "Question", "benchmark_test", "register", "__version__"]
 
 _PUBLIC = {

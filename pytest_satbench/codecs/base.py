@@ -37,7 +37,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 if TYPE_CHECKING:
     # Only for annotations: the plugin imports this module at pytest start-up, and most
@@ -66,6 +66,13 @@ class ArmSpec:
         if not self.params:
             return self.codec
         return self.codec + ":" + ",".join(f"{k}={v}" for k, v in self.params)
+
+    @overload
+    def param(self, key: str) -> str | None: ...
+    @overload
+    def param(self, key: str, default: str) -> str: ...
+    @overload
+    def param(self, key: str, default: str | None) -> str | None: ...
 
     def param(self, key: str, default: str | None = None) -> str | None:
         return _lookup(self.params, key, default)
@@ -126,7 +133,7 @@ class Codec(ABC):
     def reconstruct(self, image: Image.Image) -> list[Image.Image]:
         """One RGB reconstruction of `image` per arm, in `self.arms` order."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: a codec without resources keeps the no-op)
         """Release resources (model weights, worker threads)."""
 
 

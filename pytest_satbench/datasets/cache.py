@@ -15,6 +15,7 @@ import hashlib
 import os
 import pickle
 from pathlib import Path
+from typing import Any  # a packed row: Question's fields in _pack's order
 
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.datasets.registry import Benchmark, LoadRequest
@@ -51,10 +52,10 @@ def _stat(path: Path) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
-def _pack(questions: list[Question]) -> tuple[list[tuple[str, str | None, bytes | None]], list[tuple[object, ...]]]:
+def _pack(questions: list[Question]) -> tuple[list[tuple[str, str | None, bytes | None]], list[tuple[Any, ...]]]:
     index: dict[int, int] = {}
     images: list[tuple[str, str | None, bytes | None]] = []
-    rows: list[tuple[object, ...]] = []
+    rows: list[tuple[Any, ...]] = []
     for q in questions:
         i = index.get(id(q.image))
         if i is None:
@@ -64,12 +65,12 @@ def _pack(questions: list[Question]) -> tuple[list[tuple[str, str | None, bytes 
     return images, rows
 
 
-def _unpack(benchmark: str, packed: tuple[list[tuple[str, str | None, bytes | None]], list[tuple[object, ...]]]) -> list[Question]:
+def _unpack(benchmark: str, packed: tuple[list[tuple[str, str | None, bytes | None]], list[tuple[Any, ...]]]) -> list[Question]:
     images_raw, rows = packed
     images = [ImageRef(id=i, path=p, data=d) for i, p, d in images_raw]
     return [
-        Question(benchmark=benchmark, key=key, image=images[img], text=text, answer=answer, types=types,  # type: ignore[arg-type]
-                 kind=kind, choices=choices, extra=extra)  # type: ignore[arg-type]
+        Question(benchmark=benchmark, key=key, image=images[img], text=text, answer=answer, types=types,
+                 kind=kind, choices=choices, extra=extra)
         for key, img, text, answer, types, kind, choices, extra in rows
     ]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from pytest_satbench.core.question import Question
 from pytest_satbench.core.labels import Labels
+from pytest_satbench.core.question import Question
 from pytest_satbench.datasets.demo_scenes import DEMO_VERSION, write_demo_dataset
 from pytest_satbench.datasets.registry import Benchmark, LoadRequest, register
 from pytest_satbench.datasets.rsvqa import BINNED, RSVQA_VIEWS, load_rsvqa_split

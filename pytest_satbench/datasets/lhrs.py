@@ -114,9 +114,9 @@ def parse_choices(raw: Any) -> Options:
             raise ValueError(f"choices list has {len(items)} options (2-{len(LETTERS)} expected)")
         texts_l = []
         for letter, item in zip(LETTERS, items):
-            m = _LETTER_TEXT.fullmatch(item.strip())
+            marked = _LETTER_TEXT.fullmatch(item.strip())
             # A list may carry its own markers ("A. Factory"); strip them when they match.
-            texts_l.append(_clean(m.group(2)) if m and m.group(1) == letter else _clean(item))
+            texts_l.append(_clean(marked.group(2)) if marked and marked.group(1) == letter else _clean(item))
         texts = tuple(texts_l)
         # Same shape as the string form the parquet release uses.
         shown = "; ".join(f"{letter}. {t}" for letter, t in zip(LETTERS, texts)) + "."

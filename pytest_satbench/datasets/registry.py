@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from pytest_satbench.core.question import Kind, Question
 from pytest_satbench.core.labels import Labels
+from pytest_satbench.core.question import Kind, Question
 
 
 class DatasetError(Exception):

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.labels import Aggregate, Labels, ViewLabel
+from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.scoring import ScoreOptions, View, final_answer, normalize_vqa
 from pytest_satbench.datasets.registry import Benchmark, DatasetError, LoadRequest, register
 from pytest_satbench.datasets.selection import sort_by_image, stratified_limit
@@ -77,7 +77,8 @@ def _read_list(path: Path, top_key: str) -> list[Any]:
         raise DatasetError(
             f"{path}: expected an object with a {top_key!r} list (an RSVQA split file)"
         )
-    return doc[top_key]
+    records: list[Any] = doc[top_key]
+    return records
 
 
 def load_rsvqa_split(
@@ -130,8 +131,8 @@ def load_rsvqa_split(
             raise DatasetError(f"{qpath}: question id {rec.get('id')}: missing key {missing!r}") from None
         if not isinstance(ids, list) or not ids:
             raise DatasetError(f"{qpath}: question id {qid}: 'answers_ids' is empty")
-        answer = answers.get(ids[0])
-        if answer is None:
+        truth = answers.get(ids[0])
+        if truth is None:
             raise DatasetError(
                 f"{qpath}: question id {qid}: answer id {ids[0]} is not an active "
                 f"record of {apath.name}; the two files are from different releases"
@@ -147,7 +148,7 @@ def load_rsvqa_split(
                 key=str(qid),
                 image=ref,
                 text=texts.setdefault(text, text),
-                answer=answer,
+                answer=truth,
                 types=shared.setdefault(types, types),  # type: ignore[arg-type]
                 kind="vqa",
             )
@@ -228,6 +229,7 @@ _TABLE = "exact match per question type (%), counts and areas exact too"
 
 
 def _labels(lr: bool) -> Labels:
+    published: tuple[str, ...]
     if lr:
         binned, published = "count", ("presence", "comp", "rural_urban")
         how = f"count answers in {_CLASSES}"

@@ -207,6 +207,7 @@ def load_ref(path: Path) -> list[Question]:
         flag = "" if unique is None else "1" if unique else "0"
         types = (UNKNOWN_UNIQUENESS,) if unique is None else ("unique",) if unique else ("non-unique",)
         fields = ((("unique", flag),) if flag else ((NOTE, NO_FLAG),)) + (("size_group", size), ("obj_cls", cls))
+        extra: tuple[tuple[str, str], ...]
         if off_grid:  # what the file says is kept beside what is scored
             extra = fields + ((NOTE, OFF_GRID), ("ground_truth_raw", str(rec["ground_truth"])))
         else:

@@ -32,6 +32,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from pytest_satbench.server.reference_answers import answer, sampled
+from pytest_satbench.server.vision import SceneReading, read_scene
 from pytest_satbench.server.wire import (
     ApiError,
     Completion,
@@ -43,7 +44,6 @@ from pytest_satbench.server.wire import (
     parse_reply_options,
     parse_sampling,
 )
-from pytest_satbench.server.vision import SceneReading, read_scene
 
 __all__ = ["ParsedRequest", "RequestError", "bound_address", "estimate_tokens",
            "make_server", "parse_chat_request"]

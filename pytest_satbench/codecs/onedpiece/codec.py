@@ -267,7 +267,8 @@ def shorthands(raw: list[str], given: Mapping[str, str]) -> list[str]:
             params["max_tiles"] = max_tiles
         if device:
             params["device"] = device
-        for budget in budgets or [params.get("nlatent")]:
+        todo: Sequence[str | None] = budgets or [params.get("nlatent")]
+        for budget in todo:
             if budget:
                 params["nlatent"] = budget
             out.append(f"{NAME}:" + ",".join(f"{k}={v}" for k, v in params.items()))
