@@ -22,15 +22,15 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core import arms as A
+from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.distortion_flips import DistortionFlips, FlipTable
 from pytest_satbench.core.early_stop import replay
+from pytest_satbench.core.labels import Labels
 from pytest_satbench.core.records import ServerTraffic
 from pytest_satbench.core.results import (
     BenchmarkResult,
     Coverage,
-    Labels,
     QuestionResult,
     benchmark_results,
     score_options,
@@ -53,11 +53,11 @@ def collect(store: ResultStore, run_id: str, *, iterations: int = BOOTSTRAP, see
     KeyError when the run is not in the store. `figure_parts(benchmark)`: the per-type parts
     of its figures to compute too (what the gates read, `core.gates.figure_parts`)."""
     all_runs = store.runs()
-    runs = {r["run_id"]: r for r in all_runs}
+    runs: dict[object, dict[str, Any]] = {r["run_id"]: r for r in all_runs}  # protocol: a dict
     if run_id not in runs:
         raise KeyError(f"run {run_id!r} is not in {store.path}")
     run = runs[run_id]
-    protocol = dict(run["protocol"])  # type: ignore[arg-type]
+    protocol = dict(run["protocol"])
     limits = store.limits(run_id)
     tag = str(run["tag"])
     out = []

@@ -32,15 +32,14 @@ from typing import Any
 
 from pytest_satbench.core import arms as A
 from pytest_satbench.core import formatting as F
-from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.compare import (
     Comparison,
-    ComparisonRow,
     Pairing,
     SideAnswer,
     compare,
     pair,
 )
+from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.redact import redact
 from pytest_satbench.core.results import BenchmarkResult, QuestionResult
 from pytest_satbench.core.stats import ArmOutcome
@@ -328,8 +327,8 @@ def run_comparison(store: ResultStore, spec_a: str, spec_b: str, *, benchmark: s
             continue
         # the figures both sides could compute (a figure read from a view one side lacks, such as
         # a judge's verdict, would count that side's questions 0)
-        both = {agg.name for agg in got_b.results[bench].declared_figures()}
-        figures = [agg for agg in got_a.results[bench].declared_figures() if agg.name in both]
+        on_b = {agg.name for agg in got_b.results[bench].declared_figures()}
+        figures = [agg for agg in got_a.results[bench].declared_figures() if agg.name in on_b]
         cmp_ = compare(pairing, figures, iterations=iterations, seed=seed)
         out.append(ComparisonReport(
             bench, a, b, pairing, cmp_, differences(a, b, bench), notes[bench],
@@ -452,7 +451,7 @@ def document(rep: ComparisonReport, *, browser_cap: int = BROWSER_CAP, images: _
     doc = Document(f"{rep.benchmark}: {rep.b.label} vs {rep.a.label}")
     doc.add(
         Heading(1, rich(rep.benchmark, ": ", Code(rep.b.label), " versus ", Code(rep.a.label), " (paired)")),
-        Paragraph(rich("A = ", Code(rep.a.label), f" (arm ", Code(rep.a.arm), f", tag {rep.a.tag}, run {rep.a.run_id}); "
+        Paragraph(rich("A = ", Code(rep.a.label), " (arm ", Code(rep.a.arm), f", tag {rep.a.tag}, run {rep.a.run_id}); "
                        "B = ", Code(rep.b.label), " (arm ", Code(rep.b.arm), f", tag {rep.b.tag}, run {rep.b.run_id}). "
                        "Each side is its tag's report: every stored answer of the tag's questions, the newest per "
                        "question, re-scored. Questions are paired by their key.")),

@@ -28,7 +28,6 @@ from pytest_satbench.core.usage import ServerUsage, resized_line, visual_summary
 from pytest_satbench.engine.config import sampling_of
 from pytest_satbench.report import plots
 from pytest_satbench.report.build import DistortionResult, token_curve
-from pytest_satbench.report.why import reasons_text
 from pytest_satbench.report.document import (
     Block,
     Card,
@@ -51,6 +50,7 @@ from pytest_satbench.report.document import (
 )
 from pytest_satbench.report.files import clipped_by_arm, limited
 from pytest_satbench.report.gallery import Entry
+from pytest_satbench.report.why import reasons_text
 
 __all__ = ["build"]
 
@@ -104,11 +104,11 @@ def _models(models: Mapping[str, int]) -> Rich:
     return _list([(Code(m), f" x{n}") for m, n in models.items()])
 
 
-def _num(header: str | Rich) -> Column:
+def _num(header: Inline | Rich) -> Column:
     return Column(rich(header), "numeric")
 
 
-def _text(header: str | Rich) -> Column:
+def _text(header: Inline | Rich) -> Column:
     return Column(rich(header), "text")
 
 
@@ -300,11 +300,12 @@ def _paired(data: BenchmarkResult, arm: str, labels: Mapping[str, str]) -> list[
         _num("regressed"), _num("improved"), _num("McNemar p"), _num("pairs with an error"), _num("delta, both answered"),
     )
     out: list[Block] = [Heading(2, rich(Code(labels[arm]), " minus ", Code(A.ORIG), " (paired, percentage points)"))]
-    got = ((data.sequential or {}).get("arms") or {}).get(arm)
+    seq = data.sequential or {}
+    got = (seq.get("arms") or {}).get(arm)
     if got is not None and got.get("delta") is not None:
         out.append(Paragraph(rich(
             f"Overall delta {F.points(got['delta'])}, 95% confidence sequence {F.points_interval(*got['cs'])} "
-            f"(valid at every look, over the {data.sequential['images_answered']} images asked in the run's order; "
+            f"(valid at every look, over the {seq['images_answered']} images asked in the run's order; "
             "see Early stopping).")))
     out.append(Table(columns, tuple(rows)))
     return out

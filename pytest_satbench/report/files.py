@@ -18,9 +18,9 @@ from pytest_satbench._version import __version__
 from pytest_satbench.codecs import arm_label, describe_arm
 from pytest_satbench.core import analysis as AN
 from pytest_satbench.core import arms as A
+from pytest_satbench.core.distortion_flips import FlipTable
 from pytest_satbench.core.figures_json import aggregate_views, figure_key
 from pytest_satbench.core.redact import redact
-from pytest_satbench.core.distortion_flips import FlipTable
 from pytest_satbench.core.results import BenchmarkResult, QuestionResult
 from pytest_satbench.core.usage import visual_summary
 from pytest_satbench.report.gallery import Entry
@@ -164,13 +164,13 @@ def write_per_type_csv(path: Path, data: BenchmarkResult) -> None:
             for agg in data.declared_figures():
                 fs = data.figures[agg.name]
                 for arm in st.arms:
-                    a = fs.accuracy.get(arm)
-                    if a is None:
+                    fa = fs.accuracy.get(arm)
+                    if fa is None:
                         continue
-                    p = fs.paired.get(arm)
-                    acc = {"n": a.n, "accuracy": a.value, "ci_low": a.ci_low, "ci_high": a.ci_high}
-                    pair = [p.delta, p.ci_low, p.ci_high, p.n_pairs] + [""] * 5 if p else [""] * 9
-                    row = [figure_key(agg), arm, fs.n_images] + [acc.get(f, "") for f in ACC_FIELDS] + [""] + pair + ["", agg.label]
+                    fp = fs.paired.get(arm)
+                    acc = {"n": fa.n, "accuracy": fa.value, "ci_low": fa.ci_low, "ci_high": fa.ci_high}
+                    fpair = [fp.delta, fp.ci_low, fp.ci_high, fp.n_pairs] + [""] * 5 if fp else [""] * 9
+                    row = [figure_key(agg), arm, fs.n_images] + [acc.get(f, "") for f in ACC_FIELDS] + [""] + fpair + ["", agg.label]
                     w.writerow(["" if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row])
 
 

@@ -112,7 +112,7 @@ def why_lines(store: ResultStore, key: str, benchmark: str | None = None, width:
     rows = store.question_rows(key, benchmark)
     if not rows:
         return []
-    runs = {str(r["run_id"]): r for r in store.runs()}
+    runs: dict[str, dict[str, Any]] = {str(r["run_id"]): r for r in store.runs()}  # protocol: a dict
     records = list(store.records(key=key, benchmark=benchmark))
     out: list[str] = []
     for bench in sorted({r.benchmark for r in rows}):
@@ -241,7 +241,7 @@ def reasons_lines(store: ResultStore, runs: Sequence[Mapping[str, Any]]) -> list
     for r in runs:
         per = reasons(store, str(r["run_id"]))
         total = sum(sum(c.values()) for c in per.values())
-        out.append(f"{r['run_id']}  tag={r['tag']}  {_when(r['started'])}  asked anew: {total}")  # type: ignore[arg-type]
+        out.append(f"{r['run_id']}  tag={r['tag']}  {_when(r['started'])}  asked anew: {total}")
         for bench, c in per.items():
             parts = reasons_text(c)
             out.append(f"    {bench}: {sum(c.values())}" + (f" ({parts})" if parts else ""))
