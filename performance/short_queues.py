@@ -68,7 +68,8 @@ class Run:
     wall_s: float
 
 
-def run_plugin(tmp: Path, data: Path, url: str, side: str, tree: Path | None, extra: list[str]) -> tuple[Path, int, float, float]:
+def run_plugin(tmp: Path, data: Path, url: str, side: str, tree: Path | None,
+               extra: list[str]) -> tuple[Path, int, float, float]:
     """One pytest run -> (store, peak threads, peak RSS MB, wall s)."""
     root = rootdir(tmp, f"run-{time.monotonic_ns()}")
     store = root / "results.sqlite"
@@ -131,8 +132,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="fixed-rate,cpu-bound")
     ap.add_argument("--questions", type=int, default=1500)
-    ap.add_argument("--tree", type=Path, default=None, help="the tree measured as 'this tree' (default: the installed one)")
-    ap.add_argument("--baseline-tree", type=Path, default=None, help="a tree measured side by side (e.g. git archive of the commit before)")
+    ap.add_argument("--tree", type=Path, default=None,
+                    help="the tree measured as 'this tree' (default: the installed one)")
+    ap.add_argument("--baseline-tree", type=Path, default=None,
+                    help="a tree measured side by side (e.g. git archive of the commit before)")
     ap.add_argument("--fixed", default="8,32", help="fixed limits measured for the maximum throughput (1 is always)")
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)

@@ -495,7 +495,8 @@ class AdaptiveLimit:
         of late ran at half this limit or fewer, so the unloaded latency is not known (past
         the knee of a fixed-rate server every request waits alike; BBR's ProbeRTT drains
         its queue now and then for the same reason)."""
-        return self._inflated or not any(b[1] <= self._limit / 2 for b in self._base if b[0] >= self._changed_at - BASE_MEMORY_S)
+        since = self._changed_at - BASE_MEMORY_S
+        return self._inflated or not any(b[1] <= self._limit / 2 for b in self._base if b[0] >= since)
 
     def _search_target(self) -> float | None:
         """The next cut of the search from above: half the limit, or the geometric middle
