@@ -103,13 +103,14 @@ def run_key(benchmark: str, tag: str, first_run: str) -> str:
     return hashlib.sha256(f"satbench\0{first_run}\0{tag}\0{benchmark}".encode()).hexdigest()[:24]
 
 
-_BAD = re.compile(r"[^A-Za-z0-9_.\- /]")
+_BAD = re.compile(r"[^A-Za-z0-9_.\- ]")
 
 
 def metric_part(text: str) -> str:
-    """A name part both trackers accept as it is (MLflow allows letters, digits, _ - . space /;
-    a colon only off Windows)."""
-    return _BAD.sub("_", str(text)).strip(" /") or "_"
+    """One part of a name, as both trackers accept it (MLflow allows letters, digits, _ - . space
+    and /, a colon only off Windows; '/' is kept for joining parts, so a part has none)."""
+    part = _BAD.sub("_", str(text)).strip(" ")
+    return "_" if part in ("", ".", "..") else part
 
 
 def _arm_names(arms: Sequence[str], labels: Mapping[str, str]) -> dict[str, str]:
@@ -263,10 +264,15 @@ def _curve_metrics(rows: list[dict[str, Any]]) -> list[tuple[str, float, int]]:
     """(metric, value, step = tokens) of the curve's budgets: the trackers' own charts draw
     accuracy and delta against the budget."""
     out = []
+    names: dict[str, str] = {}  # codec spec -> its short name: the codec, numbered when it has two sweeps
     for r in rows:
+        if r["codec"] not in names:
+            kind = metric_part(str(r["codec"]).split(":", 1)[0])
+            taken = sum(n.split("_", 1)[0] == kind for n in names.values())
+            names[r["codec"]] = kind if not taken else f"{kind}_{taken + 1}"
         if r["tokens"] is None:
             continue
-        base = f"budget/{metric_part(r['codec'])}/{metric_part(r['group'])}"
+        base = f"budget/{names[r['codec']]}/{metric_part(r['group'])}"
         for k in ("accuracy", "delta_pp"):
             if r[k] is not None:
                 out.append((f"{base}/{k}", float(r[k]), int(round(float(r["tokens"])))))
