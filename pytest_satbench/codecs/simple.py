@@ -89,7 +89,7 @@ def _resize(params: dict[str, str]) -> ArmSpec:
 
 def _one_each(cls: type[Codec]):
     def build(specs: Sequence[ArmSpec]) -> list[Codec]:
-        return [cls(s) for s in specs]  # type: ignore[call-arg]
+        return [cls(s) for s in specs]  # type: ignore[call-arg]  # these codecs take their ArmSpec
 
     return build
 

@@ -242,7 +242,7 @@ class FlipTable:
                     first_pair[i] = p
             for i in sorted(set(image.tolist()), key=images.__getitem__):
                 p = first_pair.get(i)
-                yield (images[i], arm, tuple(int(col[i]) for col in counts),  # type: ignore[misc]
+                yield (images[i], arm, tuple(int(col[i]) for col in counts),  # type: ignore[misc]  # five count columns
                        pairs[p] if p is not None else None)
 
     def analyse(self, psnr: Mapping[Hashable, float | None], *, iterations: int, seed: int = 0,

@@ -108,7 +108,7 @@ def load_rsvqa_split(
             continue
         try:
             answer = str(rec["answer"])
-            answers[rec["id"]] = shared.setdefault(answer, answer)  # type: ignore[assignment]
+            answers[rec["id"]] = shared.setdefault(answer, answer)  # type: ignore[assignment]  # gives back an equal str
         except KeyError as exc:
             raise DatasetError(f"{apath}: answer id {rec.get('id')}: missing key {exc}") from None
 
@@ -149,7 +149,7 @@ def load_rsvqa_split(
                 image=ref,
                 text=texts.setdefault(text, text),
                 answer=truth,
-                types=shared.setdefault(types, types),  # type: ignore[arg-type]
+                types=shared.setdefault(types, types),  # type: ignore[arg-type]  # gives back an equal tuple
                 kind="vqa",
             )
         )

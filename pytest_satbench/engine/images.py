@@ -276,7 +276,7 @@ class ImagePipeline:
                     s, ms = dist.ssim_and_msssim(orig_rgb, arm_rgb)
                     found = Distortion(dist.psnr(orig_rgb, arm_rgb), s, ms)
                 if self.lpips is not None:
-                    found = replace(found, lpips=self.lpips(orig_rgb, arm_rgb))  # type: ignore[operator]
+                    found = replace(found, lpips=self.lpips(orig_rgb, arm_rgb))  # type: ignore[operator]  # an engine.lpips.LPIPS, callable
             except Exception as exc:  # noqa: BLE001 - a measurement never fails the image's questions
                 self._distortion_note(
                     f"distortion of arm {name} of image {ref.describe()} not measured "

@@ -240,9 +240,10 @@ def _conflicts(src: sqlite3.Connection, dst: sqlite3.Connection, path: Path, exi
             got = dst.execute("SELECT run_id, protocol FROM runs WHERE tag=? ORDER BY started DESC LIMIT 1",
                               (tag,)).fetchone()
             newest[tag] = (got[0], json.loads(got[1])) if got else None
-        if newest[tag] is None:
+        newest_of_tag = newest[tag]
+        if newest_of_tag is None:
             continue
-        other, theirs = newest[tag]  # type: ignore[misc]
+        other, theirs = newest_of_tag
         differ = protocol_conflict(json.loads(raw), theirs)
         if differ:
             name, here, there = differ

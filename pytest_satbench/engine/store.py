@@ -895,7 +895,7 @@ def _arm_order(fingerprints: str) -> tuple[str, ...]:
 
 
 def _row(values: Sequence[object]) -> AnswerRow:
-    row = AnswerRow(*values)  # type: ignore[arg-type]
+    row = AnswerRow(*values)  # type: ignore[arg-type]  # a row read in AnswerRow's field order
     if row.correct is not None:
         row.correct = bool(row.correct)
     if row.parsed is not None:

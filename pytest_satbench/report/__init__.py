@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.analysis import analyse
+from pytest_satbench.core.defaults import BOOTSTRAP
 from pytest_satbench.core.distortion_flips import FlipTable
 from pytest_satbench.core.results import BenchmarkResult, QuestionResult
 from pytest_satbench.engine.store import ResultStore
@@ -147,7 +147,7 @@ class RunReports:
                 return
             try:
                 streamed.add(it)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 (kept for write(), as above)
                 self.failure = exc
 
         return add

@@ -125,12 +125,12 @@ def tag_runs(store: ResultStore, run_id: str, bench: str,
     at = next(i for i, r in enumerate(runs) if r["run_id"] == run_id)
     this = runs[at]
     tag = this["tag"]
-    mine: dict[str, Any] = this["protocol"]  # type: ignore[assignment]
+    mine: dict[str, Any] = this["protocol"]  # type: ignore[assignment]  # runs() parses it to a dict
     out = [this]
     for prev in runs[at + 1:]:
         if prev["tag"] != tag:
             continue
-        theirs: dict[str, Any] = prev["protocol"]  # type: ignore[assignment]
+        theirs: dict[str, Any] = prev["protocol"]  # type: ignore[assignment]  # likewise
         if not _same_measure(mine, theirs, bench):
             break
         if bench in store.run_benchmarks(str(prev["run_id"])):
@@ -150,7 +150,7 @@ def _same_measure(a: Mapping[str, Any], b: Mapping[str, Any], bench: str) -> boo
 def _coverage(merged: list[dict[str, Any]], bench: str) -> Coverage:
     planned = [int((r["protocol"].get("planned") or {}).get(bench, 0)) for r in merged]
     limits = [r["protocol"].get("limit") or None for r in merged]
-    limit = None if any(x is None for x in limits) else max(limits)  # type: ignore[type-var]
+    limit = None if any(x is None for x in limits) else max(limits)  # type: ignore[type-var]  # no None: checked first
     return Coverage(tuple(str(r["run_id"]) for r in merged), max(planned), limit, planned[0],
                     shards=_shard_parts(merged, bench))
 

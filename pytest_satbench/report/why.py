@@ -192,7 +192,7 @@ def reasons(store: ResultStore, run_id: str) -> dict[str, Counter[str]]:
     all_runs = store.runs()
     at = next(i for i, r in enumerate(all_runs) if r["run_id"] == run_id)
     run = all_runs[at]
-    proto: Mapping[str, Any] = run["protocol"]  # type: ignore[assignment]
+    proto: Mapping[str, Any] = run["protocol"]  # type: ignore[assignment]  # runs() parses it to a dict
     fresh = "--fresh" in (proto.get("command") or [])
     earlier = [r for r in all_runs[at + 1:]]  # started before it, newest first
     out: dict[str, Counter[str]] = {}
@@ -201,7 +201,7 @@ def reasons(store: ResultStore, run_id: str) -> dict[str, Counter[str]]:
         seen: dict[tuple[str, str], tuple[_Seen, Mapping[str, Any]]] = {}
         known: set[str] = set()
         for r in reversed(earlier):  # oldest first: newer records overwrite
-            theirs: Mapping[str, Any] = r["protocol"]  # type: ignore[assignment]
+            theirs: Mapping[str, Any] = r["protocol"]  # type: ignore[assignment]  # a dict, as above
             rows = {(nodeid, arm): row for nodeid, _, _, found in store.run_items(str(r["run_id"]), bench)
                     for arm, row in found.items()}
             for rid, nodeid, _, q, fps in store.records(str(r["run_id"]), benchmark=bench):
@@ -210,14 +210,14 @@ def reasons(store: ResultStore, run_id: str) -> dict[str, Counter[str]]:
                 for arm, fp in fps.items():
                     row = rows.get((nodeid, arm))
                     sha = row.image_sha256 if row is not None and row.fingerprint == fp else None
-                    seen[k, arm] = (_Seen(rid, fp, q.get("prompt"), q.get("sent_size"), sha), theirs)  # type: ignore[arg-type]
+                    seen[k, arm] = (_Seen(rid, fp, q.get("prompt"), q.get("sent_size"), sha), theirs)  # type: ignore[arg-type]  # stored str/int
         counts: Counter[str] = Counter()
         for _, _, q, found in store.run_items(run_id, bench):
             k = str(q.get("key"))
             for arm, row in found.items():
                 if row.run_id != run_id:
                     continue  # reused from the store
-                now = _Seen(run_id, row.fingerprint, q.get("prompt"), q.get("sent_size"), row.image_sha256)  # type: ignore[arg-type]
+                now = _Seen(run_id, row.fingerprint, q.get("prompt"), q.get("sent_size"), row.image_sha256)  # type: ignore[arg-type]  # stored str/int
                 before, theirs = seen.get((k, arm), (None, {}))
                 counts[_reason(now, before, k in known, proto, theirs, arm, fresh)] += 1
         out[bench] = counts

@@ -180,7 +180,7 @@ class ReferenceHandler(BaseHTTPRequestHandler):
     model_id = "satbench-reference"  # set per server by make_server
     readings: _ReadingCache
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib method's own parameter name)
         pass  # one line per request would flood a benchmark run's output
 
     def _send_json(self, status: int, doc: dict[str, Any]) -> None:
@@ -269,7 +269,7 @@ class ReferenceHandler(BaseHTTPRequestHandler):
                 data = req.image
                 pixels = _decode_image(data)  # decoded up front: a bad image is a 400
                 size = (pixels.shape[1], pixels.shape[0])
-                scene = lambda: self.readings.get(data, lambda: read_scene(pixels))  # noqa: E731
+                scene = lambda: self.readings.get(data, lambda: read_scene(pixels))  # noqa: E731 (a thunk: read only if the answer needs it)
             content = sampled(answer(req.text, scene), req.text, req.sampling.temperature, req.sampling.seed)
         except ApiError as exc:
             self._send_error(exc)

@@ -57,7 +57,7 @@ def _group_key(spec: ArmSpec) -> Params:
 
 def _need_torch(text: str) -> None:
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401 (imported only to check that it is installed)
     except ImportError:
         raise SpecError(
             f"--recon {text}: One-D-Piece needs torch; pip install 'pytest-satbench[onedpiece]'"

@@ -97,7 +97,7 @@ def tiny_config(**overrides: object) -> OneDPieceConfig:
         pixel_res_blocks=1,
         pixel_mid_blocks=1,
     )
-    return replace(base, **overrides)  # type: ignore[arg-type]
+    return replace(base, **overrides)  # type: ignore[arg-type]  # overrides: config fields by name
 
 
 # --------------------------------------------------------------------------- ViT parts
