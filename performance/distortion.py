@@ -31,11 +31,11 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import write_result  # noqa: E402
+from _measure import write_result  # noqa: E402 (after the sys.path setup above)
 
-from pytest_satbench.datasets.demo_scenes import generate_scene  # noqa: E402
-from pytest_satbench.engine import distortion as dist  # noqa: E402
-from pytest_satbench.engine.images import encode_jpeg  # noqa: E402
+from pytest_satbench.datasets.demo_scenes import generate_scene  # noqa: E402 (after the sys.path setup above)
+from pytest_satbench.engine import distortion as dist  # noqa: E402 (after the sys.path setup above)
+from pytest_satbench.engine.images import encode_jpeg  # noqa: E402 (after the sys.path setup above)
 
 
 def _scene(size: int) -> np.ndarray:

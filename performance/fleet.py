@@ -44,9 +44,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "performance")]
 
-from _measure import write_result  # noqa: E402
-from datasets_fake import write_rsvqa  # noqa: E402
-from fleet_sim import EngineParams, SimProcess, fetch_stats  # noqa: E402
+from _measure import write_result  # noqa: E402 (after the sys.path setup above)
+from datasets_fake import write_rsvqa  # noqa: E402 (after the sys.path setup above)
+from fleet_sim import EngineParams, SimProcess, fetch_stats  # noqa: E402 (after the sys.path setup above)
 
 OUT = REPO / "performance" / "out"
 TEST_MODULE = 'from pytest_satbench import benchmark_test\n\ntest_rsvqa_lr = benchmark_test("rsvqa_lr")\n'

@@ -45,8 +45,8 @@ try:
 except ImportError:  # not a dependency of the plugin: only this comparison needs it
     raise SystemExit("performance/http_client.py compares against urllib3: .venv/bin/pip install urllib3") from None
 
-from pytest_satbench.engine.wire import chat_payload
 from pytest_satbench.engine.transport import Connections
+from pytest_satbench.engine.wire import chat_payload
 
 PATH = "/v1/chat/completions"
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json",
@@ -108,7 +108,7 @@ class RequestsSide:
 def sides() -> dict[str, Callable[[str, int], Side]]:
     out: dict[str, Callable[[str, int], Side]] = {"http.client": HttpClientSide, "urllib3": Urllib3Side}
     try:
-        import requests  # noqa: F401
+        import requests  # noqa: F401 (imported only to check that it is installed)
     except ImportError:
         pass
     else:

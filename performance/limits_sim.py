@@ -27,9 +27,9 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "performance")]
 
-from _measure import write_result  # noqa: E402
-from fleet_sim import EngineParams  # noqa: E402
-from limit_sim import BatchServer, FlatServer, drive  # noqa: E402
+from _measure import write_result  # noqa: E402 (after the sys.path setup above)
+from fleet_sim import EngineParams  # noqa: E402 (after the sys.path setup above)
+from limit_sim import BatchServer, FlatServer, drive  # noqa: E402 (after the sys.path setup above)
 
 FLAT = [(4, 0.02, 0.0), (4, 0.02, 0.1), (8, 0.05, 0.0), (8, 0.05, 0.1), (16, 0.01, 0.0), (16, 0.01, 0.1)]
 BATCH = [("small (32 seqs)", EngineParams(max_num_seqs=32, base_ms=5.0, per_seq_ms=0.5, output_tokens=8), 4, 40.0),

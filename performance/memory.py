@@ -55,8 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _server import ZeroLatencyServer  # noqa: E402
 from _measure import write_result  # performance/ is on sys.path when run as a script
+from _server import ZeroLatencyServer
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "performance" / "out"

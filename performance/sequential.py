@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _measure import write_result  # noqa: E402  (performance/ is on sys.path when run as a script)
 
-from pytest_satbench.core.sequential import (  # noqa: E402
+from pytest_satbench.core.sequential import (  # noqa: E402 (after the sys.path setup above)
     DEFAULT_MIN_IMAGES,
     DEFAULT_N_OPT,
     SequentialEstimate,
@@ -190,7 +190,7 @@ def main() -> int:
         print(f"{r['method']:50} {p['median_fraction']:>11.3f} {p['p90_fraction']:>6.3f} "
               f"{p['ever_excludes']:>6.3f}   {g['median_fraction']:>13.3f} {g['p90_fraction']:>6.3f} "
               f"{g['ever_excludes']:>6.3f} {g['within']:>6.3f}")
-    print(f"\nexcl.: fraction of seeds whose interval excludes the complete-run delta at some look")
+    print("\nexcl.: fraction of seeds whose interval excludes the complete-run delta at some look")
     print(f"SequentialEstimate.add + interval: {per_image_us:.1f} us per image; "
           f"total {time.perf_counter() - started:.1f} s")
     if args.json:

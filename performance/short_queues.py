@@ -45,10 +45,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "performance")]
 
-from _measure import write_result  # noqa: E402
-from _server import ZeroLatencyServer  # noqa: E402
-from fleet_sim import EngineParams, SimProcess  # noqa: E402
-from memory import make_data, rootdir  # noqa: E402
+from _measure import write_result  # noqa: E402 (after the sys.path setup above)
+from _server import ZeroLatencyServer  # noqa: E402 (after the sys.path setup above)
+from fleet_sim import EngineParams, SimProcess  # noqa: E402 (after the sys.path setup above)
+from memory import make_data, rootdir  # noqa: E402 (after the sys.path setup above)
 
 OUT = REPO / "performance" / "out"
 FIXED_RATE = EngineParams(max_num_seqs=8, base_ms=25.0, per_seq_ms=0.0, output_tokens=4, model="bench-vlm",

@@ -39,8 +39,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from _server import ZeroLatencyServer  # noqa: E402
 from _measure import measured, write_result  # performance/ is on sys.path when run as a script
+from _server import ZeroLatencyServer
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
