@@ -570,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(a deterministic server in a process of its own); overrides --answer")
     a = ap.parse_args(argv)
     text = a.answer
-    answer: AnswerFn = lambda p, h, i: text
+    answer: AnswerFn = lambda p, h, i: text  # noqa: E731 (the default, replaced by --answer-from below)
     if a.answer_from:
         answer = load_answer(a.answer_from)
     srv = FakeVLM(a.model or ["fake-vlm"], answer=answer, delay=a.delay)

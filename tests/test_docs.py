@@ -21,7 +21,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     try:
-        import mkdocs  # noqa: F401
+        import mkdocs  # noqa: F401 (imported only to check that it is installed)
     except ImportError:
         pytest.fail("mkdocs is not installed: pip install -e '.[docs]' (make install-test does)")
     site = tmp_path / "site"

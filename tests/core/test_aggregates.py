@@ -8,10 +8,10 @@ import math
 
 import pytest
 
+from pytest_satbench.core.figures_json import aggregate_views
 from pytest_satbench.core.labels import ANY_TYPE, AVERAGE, OVERALL, Aggregate, Labels, notes
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.records import AnswerRow
-from pytest_satbench.core.figures_json import aggregate_views
 from pytest_satbench.core.results import benchmark_results, question_record
 from pytest_satbench.core.scoring import ScoreOptions
 from pytest_satbench.core.stats import ArmOutcome, QuestionRecord, summarize, summarize_aggregate
@@ -267,7 +267,7 @@ def test_notes_count_per_text() -> None:
 
 
 def test_multi_label_questions_count_once_by_questions_and_in_each_type_by_types() -> None:
-    arms = lambda c: {"orig": ArmOutcome("ok", c, True)}  # noqa: E731
+    arms = lambda c: {"orig": ArmOutcome("ok", c, True)}  # noqa: E731 (a one-line table builder)
     recs = [QuestionRecord("1", "i1", ("a", "b"), arms(True), None, {"orig": {"v": 0.0}}),
             QuestionRecord("2", "i2", ("b",), arms(False), None, {"orig": {"v": 1.0}}),
             QuestionRecord("3", "i3", ("c",), arms(True), None, {})]

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from pytest_satbench.core.figures_json import aggregate_views
 from pytest_satbench.core.labels import Labels, ViewLabel
 from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.records import AnswerRow, ServerTraffic
-from pytest_satbench.core.figures_json import aggregate_views
 from pytest_satbench.core.results import benchmark_results, question_record
 from pytest_satbench.core.scoring import ScoreOptions
 

@@ -17,7 +17,7 @@ from pytest_satbench.core.question import ImageRef, Question
 from pytest_satbench.core.records import AnswerRow
 from pytest_satbench.core.scoring import ScoreOptions
 from pytest_satbench.core.stats import ArmOutcome, FigureInput, QuestionRecord, summarize_samples
-from pytest_satbench.core.verdict import ERROR, SAME, score_question
+from pytest_satbench.core.verdict import ERROR, score_question
 
 
 def _q(answer: str = "yes", kind: str = "vqa", key: str = "q1", image: str = "img") -> Question:

@@ -23,6 +23,7 @@ from pytest_satbench.core.scoring import (
     score_vqa,
     to_grid,
 )
+
 # each benchmark's own rule lives in its module and reaches the scorer as a declared view
 from pytest_satbench.datasets.lhrs import LHRS_VIEWS, lhrs_official
 from pytest_satbench.datasets.rsvqa import RSVQA_VIEWS, rsvqa_bin

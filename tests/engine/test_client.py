@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from servers import Fail, FakeVLM, dead_url, one_line
 
-from pytest_satbench.core.usage import percentile as _percentile
 from pytest_satbench.core.records import ServerTraffic
+from pytest_satbench.core.usage import percentile as _percentile
 from pytest_satbench.engine.client import Answer, ServerPool
 from pytest_satbench.engine.failures import ModelMismatch, RequestFailed, ServerUnavailable
 
@@ -65,7 +65,7 @@ def test_request_body_is_the_seed_format_with_image_and_key() -> None:
 def test_empty_content_is_an_answer_and_an_aliased_model_is_reported() -> None:
     # Issue 10: a null content is no answer (tests/engine/test_client_faults.py); "" is one.
     # A reply from another model id is accepted only when that id is an allowed alias.
-    empty: Callable[[str, bool, bytes | None], str] = lambda p, h, i: ""
+    empty: Callable[[str, bool, bytes | None], str] = lambda p, h, i: ""  # noqa: E731 (typed inline: the server's answer)
     with (
         FakeVLM(["m"], answer=empty, response_model="org/m-2025", finish_reason="length", usage=None) as srv,
         ServerPool([srv.url], model_aliases=frozenset({"org/m-2025"}), **FAST) as pool,

@@ -21,9 +21,8 @@ import pytest
 from client_helpers import FAST, ask, no_proxy_environment  # noqa: F401 (an autouse fixture)
 from servers import Fail, FakeVLM, chat_completion, dead_url, one_line
 
-from pytest_satbench.engine.client import MAX_REPLY_BYTES, MAX_TEXT_CHARS, Answer, ServerPool
+from pytest_satbench.engine.client import MAX_REPLY_BYTES, MAX_TEXT_CHARS, ServerPool
 from pytest_satbench.engine.failures import RequestFailed
-
 
 # ---------------------------------------------------------------------------- a 200 that is no answer
 

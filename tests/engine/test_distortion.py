@@ -27,7 +27,7 @@ from pytest_satbench.engine.store import ResultStore
 skimage_metrics = pytest.importorskip("skimage.metrics")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _scene(index: int) -> np.ndarray:
     pixels = generate_scene(7, index).pixels
     pixels.flags.writeable = False  # shared between tests: each copies what it changes

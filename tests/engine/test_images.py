@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from pytest_satbench.codecs.base import ArmSpec, Codec
-from pytest_satbench.core.question import ImageRef
 from pytest_satbench.core.arms import ORIG
+from pytest_satbench.core.question import ImageRef
 from pytest_satbench.engine.images import ImageError, ImagePipeline
 
 

@@ -21,9 +21,9 @@ pytestmark = pytest.mark.slow  # importing torch and lpips: ~10 s on a busy mach
 
 torch = pytest.importorskip("torch")
 lpips_pkg = pytest.importorskip("lpips")
-from pytest_satbench.engine.lpips import LPIPS, LpipsWeightsError  # noqa: E402  (needs torch)
+from test_distortion import HalfJpeg  # noqa: E402 (it needs torch: after the importorskip)
 
-from test_distortion import HalfJpeg  # noqa: E402
+from pytest_satbench.engine.lpips import LPIPS, LpipsWeightsError  # noqa: E402  (needs torch)
 
 
 @pytest.fixture(scope="module")

@@ -118,7 +118,7 @@ class Project:
         log = self.dir / f"{name}-{len(self.results)}-{time.monotonic_ns()}.log"
         fh = log.open("w")
         proc = subprocess.Popen(self.cmd(urls, *extra), cwd=self.dir, stdout=fh, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True, preexec_fn=preexec)  # noqa: PLW1509
+                                text=True, start_new_session=True, preexec_fn=preexec)  # noqa: PLW1509 (the one preexec sets RLIMIT_FSIZE)
         fh.close()
         return Running(self, proc, log, time.monotonic())
 
@@ -229,7 +229,7 @@ class ServerProcess:
     def kill(self) -> None:
         kill_group(self.proc)
 
-    def __enter__(self) -> ServerProcess:  # noqa: PYI034
+    def __enter__(self) -> ServerProcess:  # noqa: PYI034 (no subclass: Self would add nothing)
         return self
 
     def __exit__(self, *exc: object) -> None:

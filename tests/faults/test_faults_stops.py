@@ -55,7 +55,7 @@ def _with_cache(cmd: list[str]) -> list[str]:
     return cmd[:at - 1] + cmd[at + 1:]
 
 
-def _stopped_cleanly(result, rc: int = 2) -> None:  # noqa: ANN001
+def _stopped_cleanly(result, rc: int = 2) -> None:  # noqa: ANN001 (result: a pytester or subprocess run)
     result.check_lines()
     assert result.rc == rc, result.out[-3000:]
 
