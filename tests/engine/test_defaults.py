@@ -28,8 +28,9 @@ def test_each_engine_option_names_its_field_and_takes_its_default_from_there() -
         assert opt.config in FIELDS, opt.flag
         assert getattr(Settings(), opt.settings_fields[0]) == config_default(opt.config), opt.flag
     # an option whose Settings field is an engine field names it: none is filled field by field,
-    # except those the run builds from it (a tag is required; arms, caps and the order are built)
-    built = {"tag", "arms", "concurrency", "order"}
+    # except those the run builds from it (a tag is required; arms, caps, the order and the
+    # shard's record, with its question counts, are built)
+    built = {"tag", "arms", "concurrency", "order", "shard"}
     unnamed = [o.flag for o in OPTIONS if not o.config and len(o.settings_fields) == 1
                and o.settings_fields[0] in FIELDS and o.settings_fields[0] not in built]
     assert unnamed == []
