@@ -319,12 +319,12 @@ def _gpu_index(where: str, raw: str) -> int:
 
 
 def _log_to(where: str, texts: Sequence[str]) -> tuple[TrackerSpec, ...]:
-    from pytest_satbench.report.trackers import TrackerError, parse_spec
+    from pytest_satbench.report.trackers import TrackerError, parse_log_to
 
     out: list[TrackerSpec] = []
     for text in texts:
         try:
-            spec = parse_spec(text)
+            spec = parse_log_to(text)
         except TrackerError as exc:
             raise pytest.UsageError(f"{where}: {exc}") from None
         if spec not in out:
@@ -754,6 +754,9 @@ def parse_settings(config: pytest.Config) -> Settings:
     if kwargs["margin"] is not None and not kwargs["arms"]:
         raise pytest.UsageError("--margin: it decides a reconstruction arm's paired delta; pass --recon too, or "
                                 "use --precision for the accuracy alone")
+    if kwargs["log_to"] and not kwargs["reports"]:
+        raise pytest.UsageError("--log-to: it logs each benchmark's report files, which --no-reports turns off; "
+                                "drop one of them")
     api_key = os.environ.get("SATBENCH_API_KEY") or os.environ.get("OPENAI_API_KEY")
     return Settings(**kwargs, api_key=api_key)
 

@@ -102,10 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         return _merge(args.merge, args.into)
     log_to = []
     if args.log_to:
-        from pytest_satbench.report.trackers import TrackerError, parse_spec
+        from pytest_satbench.report.trackers import TrackerError, parse_log_to
 
         try:
-            log_to = [parse_spec(t) for t in args.log_to]
+            log_to = [parse_log_to(t) for t in args.log_to]
         except TrackerError as exc:
             ap.error(f"--log-to: {exc}")
     if args.plan is not None and not (args.width or args.detect):

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["KINDS", "TrackerError", "TrackerRun", "TrackerSpec", "log_report", "parse_spec", "tracker_run"]
+__all__ = ["KINDS", "TrackerError", "TrackerRun", "TrackerSpec", "log_report", "parse_log_to", "tracker_run"]
 
 KINDS = ("mlflow", "wandb")
 ARTIFACTS = ("report.md", "report.html", "summary.json", "protocol.json")  # and every *.csv of the folder
@@ -66,7 +66,7 @@ class TrackerSpec:
         return self.kind + (f":{self.target}" if self.target else "")
 
 
-def parse_spec(text: str) -> TrackerSpec:
+def parse_log_to(text: str) -> TrackerSpec:
     """`mlflow`, `mlflow:URI` (the URI may hold colons: `mlflow:file:///tmp/mlruns`), `wandb`,
     `wandb:PROJECT`."""
     kind, _, target = text.strip().partition(":")
@@ -352,8 +352,12 @@ class MLflowTracker:
         for i in range(0, len(metrics), mper):
             client.log_batch(run_id, metrics=metrics[i:i + mper])
         if run.curve and not resumed:
-            client.log_table(run_id, data={k: [r[k] for r in run.curve] for k in run.curve[0]},
-                             artifact_file="budget_curve.json")
+            import warnings
+
+            with warnings.catch_warnings():  # pandas' deprecations inside MLflow's table code, not ours
+                warnings.simplefilter("ignore")
+                client.log_table(run_id, data={k: [r[k] for r in run.curve] for k in run.curve[0]},
+                                 artifact_file="budget_curve.json")
         elif run.curve:  # log_table appends to a logged table: a resume writes the file whole instead
             import tempfile
 

@@ -25,7 +25,7 @@ import pytest
 from pytest_satbench.core.records import AnswerRow
 from pytest_satbench.engine.store import ResultStore
 from pytest_satbench.report.__main__ import main as report_main
-from pytest_satbench.report.trackers import TrackerError, parse_spec, run_key
+from pytest_satbench.report.trackers import TrackerError, parse_log_to, run_key
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 NO_REWRITE_WARNING = ("-p", "no:randomly", "-W", "ignore::pytest.PytestAssertRewriteWarning")
@@ -47,12 +47,12 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_log_to_value_names_a_tracker_and_its_target() -> None:
-    assert parse_spec("mlflow") == parse_spec(" MLflow ")
-    assert parse_spec("mlflow:sqlite:////tmp/x.db").target == "sqlite:////tmp/x.db"  # a URI keeps its colons
-    assert parse_spec("wandb:lab/vqa").target == "lab/vqa"
+    assert parse_log_to("mlflow") == parse_log_to(" MLflow ")
+    assert parse_log_to("mlflow:sqlite:////tmp/x.db").target == "sqlite:////tmp/x.db"  # a URI keeps its colons
+    assert parse_log_to("wandb:lab/vqa").target == "lab/vqa"
     for bad in ("neptune", "wandb:a b", ""):
         with pytest.raises(TrackerError):
-            parse_spec(bad)
+            parse_log_to(bad)
     assert run_key("demo", "t", "r1") == run_key("demo", "t", "r1") != run_key("demo", "t2", "r1")
 
 
@@ -100,14 +100,20 @@ def test_a_run_and_its_resume_log_one_mlflow_run(pytester: pytest.Pytester, tmp_
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     pytester.makeini("[pytest]\n")
     shutil.copytree(BENCHMARKS, pytester.path / "benchmarks")
+    wandb = importlib.util.find_spec("wandb") is not None
     args = ["benchmarks", "-k", "demo", "--servers", "builtin", "--recon", "jpeg:quality=10", "--tag", "lab",
-            "--bootstrap", "200", "--log-to", f"mlflow:{uri}", *NO_REWRITE_WARNING]
+            "--bootstrap", "200", "--log-to", f"mlflow:{uri}", *(["--log-to", "wandb:runs"] if wandb else []),
+            *NO_REWRITE_WARNING]
     first = pytester.runpytest_subprocess(*args, "--limit", "4")
     assert first.ret == 0, first.stdout.str()
     first.stdout.fnmatch_lines(["satbench: demo/lab: created MLflow run * (experiment 'satbench', sqlite:*)"])
     second = pytester.runpytest_subprocess(*args, "--limit", "8")
     assert second.ret == 0, second.stdout.str()
     second.stdout.fnmatch_lines(["satbench: demo/lab: updated MLflow run *"])
+    if wandb:  # the plugin's end logs to W&B too: both runs' offline folders hold the one run id
+        key = second.outlines[[i for i, x in enumerate(second.outlines) if "logged W&B run" in x][0]].split()[5]
+        files = sorted((tmp_path / "wandb" / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert [f.name for f in files] == [f"run-{key}.wandb"] * 2
 
     [run] = read_mlflow(uri, "lab", tmp_path / "read1")
     folder = pytester.path / "reports" / "demo" / "lab"
@@ -313,6 +319,9 @@ def test_a_bad_log_to_is_a_usage_error_and_start_up_imports_no_tracker(pytester:
     result = pytester.runpytest_subprocess("--log-to", "neptune", "-p", "no:randomly")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --log-to: 'neptune' names no tracker; pass mlflow[:URI] or wandb[:PROJECT]"])
+    result = pytester.runpytest_subprocess("--log-to", "wandb", "--no-reports", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --log-to: it logs each benchmark's report files, which --no-reports *"])
     probe = ("import sys, pytest_satbench.plugin, pytest_satbench.plugin.options as o; "
              "bad = [m for m in sys.modules if m.split('.')[0] in ('mlflow', 'wandb') "
              "or m == 'pytest_satbench.report.trackers']; assert not bad, bad; "
