@@ -27,10 +27,12 @@ COMPAT_PLUGINS := pytest-rerunfailures==16.7 pytest-json-report==1.5.0 pytest-me
 
 # The tests need One-D-Piece's torch + torchvision + timm (the pair this machine serves from
 # local disk), the test extra (an independent HTTP client for the reference server's tests),
-# the compatibility matrix's plugins, and mkdocs (the docs extra: tests/test_docs.py builds the site).
+# the compatibility matrix's plugins, mkdocs (the docs extra: tests/test_docs.py builds the site),
+# the dist extra (tests/test_wheel.py) and the trackers (tests/report/test_trackers.py logs to
+# MLflow's SQLite store and W&B's offline mode).
 install-test: install
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install -q -e '.[onedpiece,test,docs,dist]'
+	$(BIN)/pip install -q -e '.[onedpiece,test,docs,dist,mlflow,wandb]'
 	rm -rf $(COMPAT_DIR)
 	$(BIN)/pip install -q --no-deps --target $(COMPAT_DIR) $(COMPAT_PLUGINS)
 
