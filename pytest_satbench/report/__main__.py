@@ -20,8 +20,12 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_satbench.core.defaults import BOOTSTRAP
+
+if TYPE_CHECKING:
+    from pytest_satbench.engine.store import ResultStore
 
 DEFAULT_STORE = Path(".pytest_cache") / "d" / "satbench" / "results.sqlite"
 
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("no runs" + (f" with tag {args.tag!r}" if args.tag else ""))
             counts = store.run_counts() if runs else {}
             for r in runs:
-                started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(r["started"])))  # type: ignore[arg-type]
+                started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(r["started"])))  # type: ignore[arg-type]  # stored as a number
                 state = "finished" if r["finished"] else "unfinished"
                 proto = r["protocol"] if isinstance(r["protocol"], dict) else {}
                 per = _question_counts(proto, counts.get(str(r["run_id"]), {}))
@@ -216,11 +220,11 @@ def _merge(sources: list[Path], target: Path) -> int:
     return 0
 
 
-def _compare(store: object, args: argparse.Namespace) -> int:
+def _compare(store: ResultStore, args: argparse.Namespace) -> int:
     from pytest_satbench.report.compare import CompareError, run_comparison, terminal_lines, write_comparison
 
     try:
-        reports = run_comparison(store, *args.compare, benchmark=args.benchmark,  # type: ignore[arg-type]
+        reports = run_comparison(store, *args.compare, benchmark=args.benchmark,
                                  allow_different_data=args.allow_different_data, iterations=args.iterations)
     except CompareError as exc:
         return _fail(str(exc))
@@ -231,17 +235,17 @@ def _compare(store: object, args: argparse.Namespace) -> int:
     return 0
 
 
-def _curve(store: object, args: argparse.Namespace) -> int:
+def _curve(store: ResultStore, args: argparse.Namespace) -> int:
     from pytest_satbench.report.budget import budget_lines, write_curve
     from pytest_satbench.report.build import collect
 
-    runs = store.runs()  # type: ignore[attr-defined]
+    runs = store.runs()
     tag = args.curve or (str(runs[0]["tag"]) if runs else None)
     mine = [r for r in runs if r["tag"] == tag]
     if not mine:
         return _fail(f"no run with tag {tag!r} in {args.store}; see --list")
     wrote = False
-    for res in collect(store, str(mine[0]["run_id"]), iterations=args.iterations):  # type: ignore[arg-type]
+    for res in collect(store, str(mine[0]["run_id"]), iterations=args.iterations):
         folder = write_curve(res, args.out, args.margin)
         if folder is None:
             continue
