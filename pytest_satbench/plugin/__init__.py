@@ -40,7 +40,8 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = parse_settings(config)
     state = config.stash[STATE_KEY] = RunState(config, settings)
     collection = config.stash[COLLECTION_KEY] = Collection(state)
-    run = config.stash[SESSION_KEY] = RunController(state)
+    run = RunController(state)
+    config.stash[SESSION_KEY] = run
     pm = config.pluginmanager
     pm.register(collection, "satbench-collection")
     pm.register(run, "satbench-session")

@@ -381,8 +381,8 @@ def teach_sugar() -> bool:
                 return got
         return own(report)
 
-    report_teststatus.satbench = True  # type: ignore[attr-defined]
-    sugar.pytest_report_teststatus = report_teststatus
+    report_teststatus.satbench = True  # type: ignore[attr-defined]  # a mark: sugar's hook is ours now
+    sugar.pytest_report_teststatus = report_teststatus  # type: ignore[attr-defined]  # a module found at run time
     return True
 
 

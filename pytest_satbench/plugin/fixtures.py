@@ -5,7 +5,7 @@ benchmark items use. The engine starts when one of them is first requested."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
@@ -15,10 +15,11 @@ if TYPE_CHECKING:
     from pytest_satbench.engine.client import ServerPool
     from pytest_satbench.engine.images import ImagePipeline
     from pytest_satbench.engine.runtime import Runtime
+    from pytest_satbench.plugin.run import RunController
 
 
 def _runtime(request: pytest.FixtureRequest) -> Runtime:
-    session = request.config.pluginmanager.get_plugin("satbench-session")
+    session = cast("RunController", request.config.pluginmanager.get_plugin("satbench-session"))  # registered at configure
     return session.runtime()
 
 

@@ -25,13 +25,18 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 from _pytest.mark.expression import Expression
 
 from pytest_satbench.core.question import Question
 from pytest_satbench.plugin.options import Settings
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr
+
+    from pytest_satbench.server import RunningServer
 
 _MARK = "__satbench_benchmark__"
 
@@ -77,7 +82,7 @@ class DatasetErrorItem(pytest.Item):
     def runtest(self) -> None:
         raise QuestionFailed(self.message)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         return str(excinfo.value)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
@@ -97,6 +102,8 @@ class _NoParams:
 class QuestionItem(pytest.Item):
     callspec = _NoParams()
     cls = None  # read next to callspec by the reordering; a question belongs to no class
+    # per-arm verdicts, set by the run for the other plugins' properties (plugin/compat.py pops it)
+    satbench_arms: tuple[tuple[str, str], ...]
 
     def __init__(self, *, question: Question, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -106,7 +113,7 @@ class QuestionItem(pytest.Item):
     # 222k items). Questions add theirs in listextrakeywords(), so the set is made only
     # if something writes to it.
     @property
-    def extra_keyword_matches(self) -> set[str]:  # type: ignore[override]
+    def extra_keyword_matches(self) -> set[str]:
         got = self.__dict__.get("_extra_keyword_matches")
         if got is None:
             got = self.__dict__["_extra_keyword_matches"] = set()
@@ -137,7 +144,7 @@ class QuestionItem(pytest.Item):
             raise QuestionFailed(settled[self.nodeid][0])
         self.config.stash[SESSION_KEY].run_item(self)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, QuestionFailed):
             return str(excinfo.value)
         return super().repr_failure(excinfo)  # a bug in the plugin: show the traceback
@@ -152,7 +159,10 @@ class QuestionItem(pytest.Item):
 class ItemRunner(Protocol):
     """What an item needs of the plugin's run object (`run.RunController`)."""
 
-    settings: Settings
+    @property
+    def settings(self) -> Settings: ...
+
+    def builtin_server(self) -> RunningServer: ...
 
     def run_item(self, item: QuestionItem) -> None: ...
 
@@ -238,6 +248,6 @@ def keyword_could_match(
                 return known[name]
             return assignment.get(name, True)
 
-        if expr.evaluate(matcher):
+        if expr.evaluate(matcher):  # type: ignore[arg-type]  # `assignment`: this iteration's, bound as a default
             return True
     return False

@@ -622,7 +622,8 @@ def add_options(parser: pytest.Parser) -> None:
             g.addoption(opt.flag, action="append" if opt.kind == "list" else "store", default=None,
                         metavar=opt.shown_metavar, help=opt.full_help())
         if opt.ini:
-            parser.addini(opt.ini, opt.ini_help(), type="linelist" if opt.kind == "list" else "string")
+            ini_type: Literal["linelist", "string"] = "linelist" if opt.kind == "list" else "string"
+            parser.addini(opt.ini, opt.ini_help(), type=ini_type)
 
 
 def _field_defaults(options: Sequence[Option]) -> dict[str, Any]:
@@ -717,7 +718,7 @@ def _given(config: pytest.Config, opt: Option) -> tuple[Any, str] | None:
     if opt.kind == "list":
         cli_list, ini_list = list(cli or []), list(ini or [])
         if opt.ini_adds and ini_list:
-            return tuple(ini_list + cli_list), opt.ini if not cli_list else opt.flag
+            return tuple(ini_list + cli_list), str(opt.ini) if not cli_list else opt.flag
         if cli_list:
             return tuple(cli_list), opt.flag
         return (tuple(ini_list), str(opt.ini)) if ini_list else None

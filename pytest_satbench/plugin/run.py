@@ -177,11 +177,12 @@ class RunController:
         # each option names the field it fills (`Option.config`); the rest is this run's
         given = {opt.config: getattr(s, opt.settings_fields[0]) for opt in OPTIONS if opt.config}
         cache_bytes = os.environ.get("SATBENCH_RECON_CACHE_BYTES")
+        bytes_given: dict[str, Any] = {"recon_cache_bytes": int(cache_bytes)} if cache_bytes else {}
         return RuntimeConfig(
             **given,
             run_id=state.run_id, tag=s.tag, urls=urls, store_path=state.store_path,
             recon_cache_dir=state.cache_dir("satbench-recon"),
-            **({"recon_cache_bytes": int(cache_bytes)} if cache_bytes else {}),
+            **bytes_given,
             arms=s.arms, concurrency=s.concurrency.split(workers), api_key=s.api_key,
             judge_url=s.judge_url, judge_model=s.judge_model, on_server_state=self._server_state,
             repeat_keys=frozenset(state.repeat_keys), score_views=dict(state.score_views),

@@ -54,7 +54,7 @@ from _pytest.runner import CallInfo
 try:  # the tmp_path plugin's per-item record (pytest >= 7.3); absent elsewhere: nothing to drop
     from _pytest.tmpdir import tmppath_result_key as _TMP_PATH_RESULT
 except ImportError:  # pragma: no cover
-    _TMP_PATH_RESULT = None
+    _TMP_PATH_RESULT = None  # type: ignore[assignment]  # older pytest: no such key, nothing to drop
 
 # One empty keyword mapping for every lean report: read-only, so nothing can fill one
 # report's keywords into all of them. (A report on its way through the hooks gets its own
@@ -74,7 +74,8 @@ def _passed(item: pytest.Item, when: str, duration: float, start: float, stop: f
     # TestReport.from_item_and_call does.
     return TestReport(
         nodeid=_node_id(item), location=item.location, keywords={}, outcome="passed", longrepr=None,
-        when=when, sections=_sections(item), duration=duration, start=start, stop=stop,
+        when=when,  # type: ignore[arg-type]  # "setup", "call" or "teardown": an item's phases
+        sections=_sections(item), duration=duration, start=start, stop=stop,
         user_properties=item.user_properties,
     )
 
@@ -178,7 +179,7 @@ _COMMON: dict[str, Any] = {"outcome": "passed", "longrepr": None, "keywords": NO
 _TRANSIENT = frozenset({"user_properties", "satbench_seq"})
 
 
-class LeanReport(TestReport):  # type: ignore[misc]  # TestReport is @final for type checkers only
+class LeanReport(TestReport):
     """A passed report of a question item as the terminal keeps it to the end: the same
     attributes, the ones that differ between items in slots, the ones all share (outcome,
     no longrepr, no keywords, sections or user properties) on the class. A TestReport's
@@ -189,8 +190,8 @@ class LeanReport(TestReport):  # type: ignore[misc]  # TestReport is @final for 
     outcome = "passed"
     longrepr = None
     keywords = NO_KEYWORDS
-    sections = _EMPTY
-    user_properties = _EMPTY
+    sections = _EMPTY  # type: ignore[assignment]  # an immutable (), shared; read-only on a LeanReport
+    user_properties = _EMPTY  # type: ignore[assignment]  # likewise
 
     @classmethod
     def of(cls, report: TestReport) -> LeanReport:

@@ -157,7 +157,7 @@ def _worker_pids(config: pytest.Config) -> list[int]:
     for gateway in list(group or ()):
         popen = getattr(getattr(gateway, "_io", None), "popen", None)
         pid = getattr(popen, "pid", None)
-        if isinstance(pid, int) and popen.poll() is None:
+        if isinstance(pid, int) and popen is not None and popen.poll() is None:
             pids.append(pid)
     return pids
 

@@ -119,7 +119,7 @@ def worker_upcoming_items(config: pytest.Config, session: pytest.Session, items:
         except Exception:
             return None
 
-    return (i for i in worker_upcoming(snapshot, session.items, stopped) if id(i) in wanted)
+    return (i for i in worker_upcoming(snapshot, session.items, stopped) if id(i) in wanted)  # type: ignore[misc]  # wanted: ids of QuestionItems
 
 
 def _worker_interactor(config: pytest.Config) -> Any:
