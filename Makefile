@@ -1,11 +1,12 @@
 # Two commands do everything on a fresh machine:
 #   make demo   installs, then runs the demo benchmark against the bundled reference server
 #   make test   installs (with the test extras), then runs the project's own tests
+#   make lint   ruff (style, imports, bug-prone patterns) and mypy (strict for core/ and engine/)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test docs dist install install-test clean
+.PHONY: demo test lint docs dist install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,5 +57,16 @@ dist: install
 	$(BIN)/python -m build --outdir dist .
 	$(BIN)/twine check --strict dist/*
 
+# Lint: ruff and mypy, pinned (a new release adds rules and checks: bump them here, on purpose).
+# Their settings are pyproject.toml's [tool.ruff] and [tool.mypy]; .ci/run runs this before the tests,
+# and .pre-commit-config.yaml runs the same two from the venv. mypy reads the packages the code
+# imports (torch for the One-D-Piece codec), hence the test install.
+LINT_TOOLS := ruff==0.17.6 mypy==2.4.1
+
+lint: install-test
+	$(BIN)/pip install -q $(LINT_TOOLS)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
 clean:
-	rm -rf $(VENV) .pytest_cache benchmarks/.pytest_cache reports/*/ $(COMPAT_DIR) build/site dist
+	rm -rf $(VENV) .pytest_cache benchmarks/.pytest_cache reports/*/ $(COMPAT_DIR) build/site dist .mypy_cache .ruff_cache
