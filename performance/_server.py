@@ -40,8 +40,8 @@ def serve() -> None:
     srv = FakeVLM(["bench-vlm"], answer=lambda prompt, has_image, image: "yes")
     # FakeVLM keeps every request and arrival time for tests to inspect; hundreds of thousands
     # of image requests would grow the server by gigabytes
-    srv.recorded = deque(maxlen=1)  # type: ignore[assignment]
-    srv.chat_times = deque(maxlen=1)  # type: ignore[assignment]
+    srv.recorded = deque(maxlen=1)  # type: ignore[assignment]  # a bounded list: appended to only
+    srv.chat_times = deque(maxlen=1)  # type: ignore[assignment]  # likewise
     srv.start()
 
     def stop(*_: object) -> None:

@@ -82,11 +82,11 @@ def _variant(dtype: type, strip: int | None) -> Callable[[np.ndarray, np.ndarray
 
 def _with(ssim_cs: Callable[..., tuple[np.ndarray, np.ndarray]], a: np.ndarray, b: np.ndarray) -> object:
     plugin = dist._ssim_cs
-    dist._ssim_cs = ssim_cs  # type: ignore[assignment]
+    dist._ssim_cs = ssim_cs  # type: ignore[assignment]  # the variant measured, in the function's place
     try:
         return dist.ssim_and_msssim(a, b)
     finally:
-        dist._ssim_cs = plugin  # type: ignore[assignment]
+        dist._ssim_cs = plugin  # type: ignore[assignment]  # the plugin's own, back
 
 
 def _cases(size: int) -> dict[str, Callable[[], object]]:

@@ -359,7 +359,7 @@ def py_spy_hook(seconds: int, n: int, out: Path) -> Any:
             print(f"  py-spy: recording {seconds} s from item {s.done}", flush=True)
             started.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
 
-    hook.procs = started  # type: ignore[attr-defined]
+    hook.procs = started  # type: ignore[attr-defined]  # kept on the function for the caller to stop
     return hook
 
 
