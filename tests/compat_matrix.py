@@ -167,7 +167,7 @@ class Run:
         path = self.root / self.tag / ("order" + (f".{worker}" if worker else ""))
         if worker is None and not path.exists():
             path = path.with_name("order.gw0")
-        return [tuple(line.split("\t")) for line in path.read_text().splitlines()]  # type: ignore[misc]
+        return [tuple(line.split("\t")) for line in path.read_text().splitlines()]  # type: ignore[misc]  # pairs: the file's two tab-separated columns
 
 
 def make_project(root: Path) -> Path:

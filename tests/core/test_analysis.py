@@ -39,7 +39,7 @@ def test_always_no_is_exposed_by_balanced_accuracy_and_the_majority_baseline() -
     cases = [("presence", "no", "No.", None)] * 8 + [("presence", "yes", "no", None)] * 2
     res = _result([(t, g, o, r) for t, g, o, r in cases])
     assert res.stats.overall.accuracy["orig"].accuracy == pytest.approx(0.8)  # looks good
-    ta = analyse(res).by_type["presence"]  # type: ignore[union-attr]
+    ta = analyse(res).by_type["presence"]  # type: ignore[union-attr]  # not None: these cases have answer classes
     arm = ta.by_arm["orig"]
     assert {r.answer: (r.n, r.correct) for r in arm.recall} == {"no": (8, 8), "yes": (2, 0)}
     assert arm.balanced_accuracy == pytest.approx(0.5)  # it is not
@@ -68,12 +68,12 @@ def test_transitions_show_how_a_codec_changes_answers() -> None:
     assert {"type": "presence", "arm": RECON, "orig_answer": "yes", "recon_answer": "no", "count": 5} in rows
     assert len(list(recall_rows(analysis))) == 2 * 2 + 2 * 1  # (type, arm, class) rows
     d = to_dict(analysis)
-    assert d["by_type"]["count"]["by_arm"][RECON]["balanced_accuracy"] == 0.0  # type: ignore[index]
+    assert d["by_type"]["count"]["by_arm"][RECON]["balanced_accuracy"] == 0.0  # type: ignore[index]  # to_dict gives nested dicts
 
 
 def test_top_classes_pool_the_rest() -> None:
     cases = [("count", str(k), str(k), None) for k in range(12) for _ in range(12 - k)]
-    ta = analyse(_result(cases), top=3).by_type["count"]  # type: ignore[union-attr]
+    ta = analyse(_result(cases), top=3).by_type["count"]  # type: ignore[union-attr]  # not None: these cases have answer classes
     conf = ta.by_arm["orig"].confusion
     assert conf.rows == ("0", "1", "2", OTHER)
     assert sum(map(sum, conf.counts)) == len(cases)

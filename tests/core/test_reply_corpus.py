@@ -58,7 +58,7 @@ REF = _lines("replies_ref.jsonl")
 def _question(kind: str, answer: str, choices: list[str] | None = None) -> Question:
     bench = "lhrs" if kind == "mc" else "vrsbench_ref"
     return Question(benchmark=bench, key="k", image=ImageRef(id="i", path="/x/i.png"), text="?",
-                    answer=answer, types=("t",), kind=kind,  # type: ignore[arg-type]
+                    answer=answer, types=("t",), kind=kind,  # type: ignore[arg-type]  # kind: one of Question's kinds, from the corpus
                     choices=tuple(choices) if choices else None)
 
 
@@ -101,7 +101,7 @@ def test_mc_corpus_covers_both_verdicts_of_both_rules() -> None:
 @pytest.mark.parametrize("r", REF, ids=[r["id"] for r in REF])
 def test_ref_reply(r: dict[str, Any]) -> None:
     size = tuple(r["image_size"]) if r["image_size"] else None
-    opts = ScoreOptions(box_grid=r["box_grid"], image_size=size)  # type: ignore[arg-type]
+    opts = ScoreOptions(box_grid=r["box_grid"], image_size=size)  # type: ignore[arg-type]  # the corpus' values: int and (w, h)
     s = score_ref(_question("ref", r["answer"]), r["reply"], opts)
     assert s.parsed is (r["box"] is not None), r["why"]
     if r["box"] is not None:

@@ -20,7 +20,7 @@ CHOICES = ("Factory", "Park", "Farm", "Forest")  # answer C = Farm
 def _q(key: str, types: tuple[str, ...], *, kind: str = "mc", answer: str = "C", image: str = "1",
        extra: tuple[tuple[str, str], ...] = ()) -> Question:
     return Question(benchmark="b", key=key, image=ImageRef(id=image, path=f"/x/{image}.png"), text="?",
-                    answer=answer, types=types, kind=kind, choices=CHOICES if kind == "mc" else None,  # type: ignore[arg-type]
+                    answer=answer, types=types, kind=kind, choices=CHOICES if kind == "mc" else None,  # type: ignore[arg-type]  # kind: one of Question's kinds
                     extra=extra)
 
 

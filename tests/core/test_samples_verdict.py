@@ -22,7 +22,7 @@ from pytest_satbench.core.verdict import ERROR, score_question
 
 def _q(answer: str = "yes", kind: str = "vqa", key: str = "q1", image: str = "img") -> Question:
     return Question(benchmark="b", key=key, image=ImageRef(image, data=b""), text="Is there a road?", answer=answer,
-                    types=("presence",), kind=kind)  # type: ignore[arg-type]
+                    types=("presence",), kind=kind)  # type: ignore[arg-type]  # kind: one of Question's kinds
 
 
 def _rows(q: Question, answers: dict[str, str | None]) -> dict[str, AnswerRow]:

@@ -37,7 +37,7 @@ def q(benchmark: str = "rsvqa_lr", answer: str = "yes", types: tuple[str, ...] =
       kind: str = "vqa", choices: tuple[str, ...] | None = None,
       extra: tuple[tuple[str, str], ...] = (), key: str = "k1") -> Question:
     return Question(benchmark=benchmark, key=key, image=ImageRef(id="img0", path="/x/0.tif"),
-                    text="?", answer=answer, types=types, kind=kind,  # type: ignore[arg-type]
+                    text="?", answer=answer, types=types, kind=kind,  # type: ignore[arg-type]  # kind: one of Question's kinds
                     choices=choices, extra=extra)
 
 
@@ -508,4 +508,4 @@ def test_score_dispatches_on_kind() -> None:
 def test_score_is_immutable() -> None:
     s = Score(correct=True, parsed=True, extracted="C")
     with pytest.raises(AttributeError):
-        s.correct = False  # type: ignore[misc]
+        s.correct = False  # type: ignore[misc]  # the frozen dataclass' refusal is what is tested

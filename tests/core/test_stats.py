@@ -100,7 +100,7 @@ def test_mcnemar_rejects_bad_counts() -> None:
     with pytest.raises(ValueError, match="regressed"):
         mcnemar_exact(-1, 3)
     with pytest.raises(ValueError, match="improved"):
-        mcnemar_exact(1, 2.5)  # type: ignore[arg-type]
+        mcnemar_exact(1, 2.5)  # type: ignore[arg-type]  # a wrong type on purpose: its refusal is tested
 
 
 # --------------------------------------------------------------------------- bootstrap

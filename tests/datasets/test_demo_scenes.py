@@ -93,7 +93,7 @@ def test_real_loader_reads_it_and_skips_inactive_records(root: Path) -> None:
     assert {q.key for q in qs} == active_ids
     inactive = next(q for q in questions if "question" in q and not q["active"])
     assert str(inactive["id"]) not in {q.key for q in qs}
-    assert all(Path(q.image.path).is_file() for q in qs)  # type: ignore[arg-type]
+    assert all(Path(q.image.path).is_file() for q in qs)  # type: ignore[arg-type]  # path: set for the demo's image files
 
 
 def test_registered_benchmark_prepares_and_loads(tmp_path: Path) -> None:

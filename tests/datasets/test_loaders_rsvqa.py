@@ -38,7 +38,7 @@ def edit(path: Path, fn) -> None:
     ("rsvqa_hr_phili", "hr_phili", {"presence", "comp", "count", "area"}),
 ])
 def test_active_questions_only(tmp_path: Path, name: str, which: str, types: set[str]) -> None:
-    w = write_rsvqa(tmp_path, which, n_images=2, image_size=8)  # type: ignore[arg-type]
+    w = write_rsvqa(tmp_path, which, n_images=2, image_size=8)  # type: ignore[arg-type]  # which: the parameter's "lr" or "hr"
     qs = load(tmp_path, name)
     check_against(qs, w)  # stubs and the inactive-but-complete record are left out
     assert len(qs) == 2 * len(types) and {q.type for q in qs} == types
@@ -63,7 +63,7 @@ def test_hr_falls_back_to_png(tmp_path: Path) -> None:
 def test_hr_prefers_tif_when_both_exist(tmp_path: Path) -> None:
     write_rsvqa(tmp_path, "hr", image_ext="png", image_size=8)
     write_rsvqa(tmp_path, "hr", image_ext="tif", image_size=8)
-    assert all(q.image.path.endswith(".tif") for q in load(tmp_path, "rsvqa_hr"))  # type: ignore[union-attr]
+    assert all(q.image.path.endswith(".tif") for q in load(tmp_path, "rsvqa_hr"))  # type: ignore[union-attr]  # path: set for images read from files
 
 
 def test_sorted_by_image_numerically(tmp_path: Path) -> None:

@@ -103,7 +103,7 @@ def test_missing_question_id_uses_the_index(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("unique_key", ["unique", "is_unique"])
 def test_ref_questions_match_the_file(tmp_path: Path, unique_key: str) -> None:
-    w = write_vrsbench(tmp_path, unique_key=unique_key)  # type: ignore[arg-type]
+    w = write_vrsbench(tmp_path, unique_key=unique_key)  # type: ignore[arg-type]  # unique_key: one of the writer's names
     qs = load(tmp_path, "vrsbench_ref")
     check_against(qs, w.extra["ref"])
     assert {q.kind for q in qs} == {"ref"}

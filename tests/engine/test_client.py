@@ -39,7 +39,7 @@ def no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def ask(pool: ServerPool, prompt: str = "q", image: bytes | None = JPEG, **kw: object) -> Answer:
     return pool.ask(model="m", prompt=prompt, image_jpeg=image, max_tokens=kw.pop("max_tokens", 16),
-                    **kw)  # type: ignore[arg-type]
+                    **kw)  # type: ignore[arg-type]  # kw: the caller's reply fields
 
 
 # ---------------------------------------------------------------------------- request format

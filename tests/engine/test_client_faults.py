@@ -32,9 +32,9 @@ NO_ANSWER = {
     "content-null-reasoning-stop": (chat_completion(None, reasoning="let me see"), "content null"),
     "content-missing": ({"model": "m", "choices": [{"index": 0, "finish_reason": "stop",
                                                     "message": {"role": "assistant"}}]}, "content missing"),
-    "content-parts-without-text": (chat_completion([{"type": "image_url"}]),  # type: ignore[arg-type]
+    "content-parts-without-text": (chat_completion([{"type": "image_url"}]),  # type: ignore[arg-type]  # content of the wrong shape on purpose
                                    "content parts without text"),
-    "content-not-text": (chat_completion(7), "content not text (int)"),  # type: ignore[arg-type]
+    "content-not-text": (chat_completion(7), "content not text (int)"),  # type: ignore[arg-type]  # content of the wrong type on purpose
     "choices-empty": ({"model": "m", "choices": []}, "empty choices"),
     "choices-missing": ({"model": "m", "object": "chat.completion"}, "no choices"),
     "message-missing": ({"model": "m", "choices": [{"index": 0, "finish_reason": "stop"}]}, "no message"),

@@ -123,7 +123,7 @@ def test_a_reasoning_model_out_of_tokens_has_answered_once() -> None:
 @pytest.mark.parametrize("body", [
     chat_completion(None, finish_reason="length"),  # no reasoning field at all
     {"model": "m", "choices": [{"finish_reason": "length", "message": {"role": "assistant"}}]},  # content missing
-    chat_completion([{"type": "image_url"}], finish_reason="length", reasoning=""),  # type: ignore[arg-type]
+    chat_completion([{"type": "image_url"}], finish_reason="length", reasoning=""),  # type: ignore[arg-type]  # content of the wrong shape on purpose
 ], ids=["null", "missing", "parts-without-text"])
 def test_a_reply_that_stopped_for_length_is_an_answer_whatever_it_holds(body: dict[str, Any]) -> None:
     with FakeVLM(["m"], fail_always=Fail.reply(body)) as srv, ServerPool([srv.url], retries=3, **FAST) as pool:

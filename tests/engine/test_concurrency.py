@@ -69,7 +69,7 @@ class Driver:
 
 
 def pool_for(*servers: SimServer, **spec: object) -> ServerPool:
-    pool = ServerPool([s.url for s in servers], concurrency=ConcurrencySpec(**spec), timeout=30,  # type: ignore[arg-type]
+    pool = ServerPool([s.url for s in servers], concurrency=ConcurrencySpec(**spec), timeout=30,  # type: ignore[arg-type]  # spec: the case's ConcurrencySpec fields
                       backoff_base=0.05, backoff_max=0.2, retries=6)
     pool.health_check()
     return pool

@@ -63,7 +63,7 @@ def test_only_undecided_answers_reach_the_judge_and_its_verdicts_are_reused(tmp_
     proto = store.runs()[0]["protocol"]
     rows = [r for r in store.rows() if r.arm == "judge:orig"]
     store.close()
-    assert proto["judge"] == {"server": judge.url, "model": "judge-m"}  # type: ignore[index]
+    assert proto["judge"] == {"server": judge.url, "model": "judge-m"}  # type: ignore[index]  # runs() parses the protocol to a dict
     assert sorted((r.text, r.correct, r.model) for r in rows) == [("0", False, "judge-m"), ("1", True, "judge-m")]
 
 

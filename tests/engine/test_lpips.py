@@ -42,7 +42,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
 def _ref_value(ref: object, a: np.ndarray, b: np.ndarray) -> float:
     x, y = (torch.from_numpy(np.array(i)).permute(2, 0, 1)[None].float() / 127.5 - 1 for i in (a, b))
     with torch.no_grad():
-        return float(ref(x, y))  # type: ignore[operator]
+        return float(ref(x, y))  # type: ignore[operator]  # ref: the reference lpips.LPIPS, a callable
 
 
 def test_lpips_equals_the_authors_package(reference: tuple[object, Path], tmp_path: Path) -> None:

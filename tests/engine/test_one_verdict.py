@@ -107,7 +107,7 @@ def _question(case: dict[str, object], image: Path, n: int) -> Question:
     choices = ("Factory", "Park", "Farm", "Forest") if kind == "mc" else None
     qtype = {"ref": "unique", "vqa": "object presence", "mc": "identity"}[kind]
     return Question(benchmark=str(case["bench"]), key=f"q{n}", image=ImageRef(id=image.stem, path=str(image)),
-                    text=f"{case['text']} ({n})", answer=str(case["answer"]), types=(qtype,), kind=kind,  # type: ignore[arg-type]
+                    text=f"{case['text']} ({n})", answer=str(case["answer"]), types=(qtype,), kind=kind,  # type: ignore[arg-type]  # kind: one of Question's kinds, from the case
                     choices=choices)
 
 
@@ -118,11 +118,11 @@ def test_the_live_verdict_is_the_reports(server, tmp_path_factory: pytest.TempPa
     n = next(_runs)
     tmp = tmp_path_factory.mktemp("verdict")
     image = tmp / f"img{n}.png"
-    Image.new("RGB", case["size"], (40 + n % 200, 90, 160)).save(image)  # type: ignore[arg-type]
+    Image.new("RGB", case["size"], (40 + n % 200, 90, 160)).save(image)  # type: ignore[arg-type]  # size: the case's (w, h)
     bench = str(case["bench"])
     cfg = RuntimeConfig(
         run_id=f"r{n}", tag="t", urls=(srv.url,), store_path=tmp / "results.sqlite", arms=ARMS,
-        prompt_style=str(case["style"]), box_grid=case["box_grid"], iou=str(case["iou"]),  # type: ignore[arg-type]
+        prompt_style=str(case["style"]), box_grid=case["box_grid"], iou=str(case["iou"]),  # type: ignore[arg-type]  # box_grid: the case's int
         score_views={bench: registry.get(bench).score_views},
     )
     q = _question(case, image, n)
@@ -130,7 +130,7 @@ def test_the_live_verdict_is_the_reports(server, tmp_path_factory: pytest.TempPa
     try:
         job = rt.job(type("Item", (), {"nodeid": f"t::{q.key}", "question": q})())
         with replies.lock:
-            replies.by_prompt[job.prompt] = list(case["replies"])  # type: ignore[call-overload]
+            replies.by_prompt[job.prompt] = list(case["replies"])  # type: ignore[call-overload]  # replies: the case's list of str
         live = rt.ask(f"t::{q.key}", q).result(60)
         rt.store.record_item(cfg.run_id, f"t::{q.key}", bench, question_record(q, live.prompt, live.sent_size),
                              live.fingerprints)

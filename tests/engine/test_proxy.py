@@ -207,10 +207,10 @@ def _relay(a: socket.socket, b: socket.socket) -> None:
                 if not events:
                     return
                 for key, _ in events:
-                    data = key.fileobj.recv(65536)  # type: ignore[union-attr]
+                    data = key.fileobj.recv(65536)  # type: ignore[union-attr]  # fileobj: the sockets registered above
                     if not data:
                         return
-                    peer[key.fileobj].sendall(data)  # type: ignore[index]
+                    peer[key.fileobj].sendall(data)  # type: ignore[index]  # fileobj: the sockets registered above
         except OSError:
             return
         finally:
@@ -258,7 +258,7 @@ def tls_server(certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) 
             # the handshake happens in the handler's thread, on its first read
             return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
 
-        httpd.get_request = get_request  # type: ignore[method-assign]
+        httpd.get_request = get_request  # type: ignore[method-assign]  # the server's accept, wrapped for this test
         yield srv, srv.url.replace("http://", "https://")
 
 

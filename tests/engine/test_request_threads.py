@@ -11,7 +11,7 @@ from pytest_satbench.engine.answering import DaemonWorkers
 
 def wait_for(cond: object, timeout: float = 10.0) -> None:
     end = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
+    while not cond():  # type: ignore[operator]  # cond: a callable
         assert time.monotonic() < end, "condition not reached in time"
         time.sleep(0.01)
 

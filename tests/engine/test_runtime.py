@@ -45,7 +45,7 @@ def _satbench_threads(before: set[threading.Thread]) -> list[str]:
 
 def _config(tmp_path: Path, url: str, **kw: object) -> RuntimeConfig:
     return RuntimeConfig(run_id=str(kw.pop("run_id", "r1")), tag="t", urls=(url,),
-                         store_path=tmp_path / "results.sqlite", recon_cache_dir=tmp_path / "recon", **kw)  # type: ignore[arg-type]
+                         store_path=tmp_path / "results.sqlite", recon_cache_dir=tmp_path / "recon", **kw)  # type: ignore[arg-type]  # kw: RuntimeConfig fields by name
 
 
 def _question(tmp_path: Path) -> Question:

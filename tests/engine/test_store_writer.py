@@ -89,7 +89,7 @@ class _FailsAfter(ResultStore):
 
     ok = 5
 
-    def _commit(self, conn: sqlite3.Connection, batch: list) -> None:  # type: ignore[override]
+    def _commit(self, conn: sqlite3.Connection, batch: list) -> None:  # type: ignore[override]  # a private method, overridden to fail
         if self.ok <= 0:
             raise RuntimeError("simulated writer bug")
         self.ok -= 1

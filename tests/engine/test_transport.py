@@ -27,7 +27,7 @@ BODY = b'{"model": "m", "messages": [{"role": "user", "content": "%s"}]}'
 @contextmanager
 def connections(srv: FakeVLM, **kw: object) -> Iterator[Connections]:
     conns = Connections(srv.url, connect_timeout=2.0, read_timeout=10.0, headers={}, proxies=transport.ProxySettings(),
-                        **kw)  # type: ignore[arg-type]
+                        **kw)  # type: ignore[arg-type]  # kw: the caller's reply fields
     try:
         yield conns
     finally:
@@ -41,10 +41,10 @@ def chat(conns: Connections, prompt: str = "q") -> transport.Response:
 def wait_until(cond: object, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
+        if cond():  # type: ignore[operator]  # cond: a callable
             return True
         time.sleep(0.005)
-    return bool(cond())  # type: ignore[operator]
+    return bool(cond())  # type: ignore[operator]  # cond: a callable
 
 
 @pytest.mark.parametrize("content_length", [True, False], ids=["content-length", "body-to-close"])

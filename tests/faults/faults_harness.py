@@ -223,7 +223,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, str(SERVERS_PY), "--model", MODEL, "--answer-from", ANSWER_FN, "--delay", str(delay)],
             stdout=subprocess.PIPE, text=True, start_new_session=True)
-        self.url = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
+        self.url = self.proc.stdout.readline().strip()  # type: ignore[union-attr]  # stdout=PIPE: not None
         assert self.url.startswith("http://"), self.url
 
     def kill(self) -> None:

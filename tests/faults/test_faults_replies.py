@@ -132,7 +132,7 @@ SERVERS = {
 @pytest.mark.parametrize("case", list(SERVERS))
 def test_every_reply_that_arrived_whole_is_an_answer(case: str, tmp_path, reference: Reference) -> None:
     project = Project.make(tmp_path)
-    with FakeVLM([MODEL], answer=answer, **SERVERS[case]) as srv:  # type: ignore[arg-type]
+    with FakeVLM([MODEL], answer=answer, **SERVERS[case]) as srv:  # type: ignore[arg-type]  # the case's FakeVLM keyword arguments
         result = project.run(srv.url)
         asked, replied = srv.chat_requests, srv.replies
     result.check_lines()

@@ -30,7 +30,7 @@ def test_demo_through_the_plugin_with_onedpiece(
     runs: list[tuple[int, int]] = []  # (crops encoded, crops decoded) per Reconstructor.run
     real_run = engine_mod.Reconstructor.run
 
-    def counting_run(self: engine_mod.Reconstructor, crops):  # type: ignore[no-untyped-def]
+    def counting_run(self: engine_mod.Reconstructor, crops):  # type: ignore[no-untyped-def]  # a stand-in with the method's signature
         out = real_run(self, crops)
         runs.append((len(crops), len(crops) * len(self.budgets)))
         return out

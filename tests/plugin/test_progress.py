@@ -208,7 +208,7 @@ def test_a_server_going_down_is_marked_down_on_the_line(pytester: pytest.Pyteste
     other = subprocess.Popen([sys.executable, str(SERVERS_PY), "--model", "m", "--answer", "yes", "--delay", "0.05"],
                              stdout=subprocess.PIPE, text=True)
     try:
-        other_url = other.stdout.readline().strip()  # type: ignore[union-attr]
+        other_url = other.stdout.readline().strip()  # type: ignore[union-attr]  # stdout=PIPE: not None
         with FakeVLM(models=["m"], answer=yes, delay=0.05) as srv:
             cmd = [sys.executable, "-m", "pytest", "-q", *args(f"{srv.url},{other_url}", data, "--progress-every", "1"),
                    "--concurrency", "total:4", "-p", "no:cacheprovider"]

@@ -117,7 +117,7 @@ def project(tmp_path: Path) -> tuple[Path, int]:
     (tmp_path / "test_b.py").write_text("from pytest_satbench import benchmark_test\n"
                                         "test_rsvqa_lr = benchmark_test('rsvqa_lr')\n")
     written = write_rsvqa(tmp_path / "data", "lr", n_images=N_IMAGES, per_type=1)
-    smallest = min(Path(p).read_bytes() for p in written.images.values())  # type: ignore[arg-type]
+    smallest = min(Path(p).read_bytes() for p in written.images.values())  # type: ignore[arg-type]  # path: set for images written to files
     with Image.open(io.BytesIO(smallest)) as im:
         buf = io.BytesIO()
         im.convert("RGB").save(buf, format="JPEG", quality=95)

@@ -52,7 +52,7 @@ def test_a_server_that_dies_mid_run_ends_the_run_in_bounded_time(tmp_path: Path)
     server = subprocess.Popen([sys.executable, str(SERVERS), "--model", "m", "--answer", "yes", "--delay", "0.02"],
                               stdout=subprocess.PIPE, text=True)
     try:
-        url = server.stdout.readline().strip()  # type: ignore[union-attr]
+        url = server.stdout.readline().strip()  # type: ignore[union-attr]  # stdout=PIPE: not None
         run = subprocess.Popen(_cmd(url, data, tmp_path), cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
         _wait_for_answers(tmp_path / "s.sqlite", run)  # some answers first
@@ -88,7 +88,7 @@ def test_under_xdist_the_controller_says_a_server_is_down(tmp_path: Path) -> Non
     server = subprocess.Popen([sys.executable, str(SERVERS), "--model", "m", "--answer", "yes", "--delay", "0.02"],
                               stdout=subprocess.PIPE, text=True)
     try:
-        url = server.stdout.readline().strip()  # type: ignore[union-attr]
+        url = server.stdout.readline().strip()  # type: ignore[union-attr]  # stdout=PIPE: not None
         run = subprocess.Popen([*_cmd(url, data, tmp_path), "-n", "2"], cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
         _wait_for_answers(tmp_path / "s.sqlite", run)

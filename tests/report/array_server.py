@@ -31,7 +31,7 @@ def main() -> int:
     base = httpd.RequestHandlerClass
     fd = os.open(args.count_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    class Counting(base):  # type: ignore[misc, valid-type]
+    class Counting(base):  # type: ignore[misc, valid-type]  # base: a class chosen at run time
         def do_POST(self) -> None:
             if self.path.rstrip("/").endswith("/chat/completions"):
                 os.write(fd, b"chat\n")

@@ -255,7 +255,7 @@ def test_a_merged_report_names_its_shards_and_the_missing_ones() -> None:
         cov = _coverage(list(runs), "demo")
         newest = runs[0]["protocol"]
         result = SimpleNamespace(shards=cov.shards, protocol=newest, benchmark="demo")
-        return shard_line(result)  # type: ignore[arg-type]
+        return shard_line(result)  # type: ignore[arg-type]  # a stand-in with the attributes shard_line reads
 
     # one part alone says which part it is; the part run again is one part
     assert line(_run("b", 2, 3, 8)) == "shard 2/3: 8 of 24 questions"

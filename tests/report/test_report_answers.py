@@ -39,12 +39,12 @@ def _row(nodeid: str, key: str, arm: str, text: str | None, **extra: object) -> 
     base = {"nodeid": nodeid, "arm": arm, "fingerprint": f"{arm}-{key}", "benchmark": BENCH,
             "question_key": key, "image_id": f"img{int(key) // 2}"}
     if text is None:
-        return AnswerRow(status="error", error="HTTP 503", **base)  # type: ignore[arg-type]
-    return AnswerRow(status="ok", text=text, finish_reason="stop", latency_s=1.0, **base, **extra)  # type: ignore[arg-type]
+        return AnswerRow(status="error", error="HTTP 503", **base)  # type: ignore[arg-type]  # base: AnswerRow fields by name
+    return AnswerRow(status="ok", text=text, finish_reason="stop", latency_s=1.0, **base, **extra)  # type: ignore[arg-type]  # base, extra: AnswerRow fields by name
 
 
 def _store(root: Path, protocol: dict, plan: list[tuple[str, str, str, str | None]], *, finish: bool = True,
-           clipped: set[tuple[int, str]] = frozenset()) -> ResultStore:  # type: ignore[assignment]
+           clipped: set[tuple[int, str]] = frozenset()) -> ResultStore:  # type: ignore[assignment]  # an immutable empty default
     store = ResultStore(root / "results.sqlite")
     store.start_run("r", "t", protocol)
     for k, (qtype, gt, orig, recon) in enumerate(plan):

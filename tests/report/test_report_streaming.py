@@ -98,7 +98,7 @@ def test_the_gallery_picker_holds_a_bounded_number_of_questions() -> None:
     held = 0
     for key in keys:
         q = Question(benchmark="b", key=key, image=ImageRef(id="1", data=b""), text="?", answer="yes", types=("t",))
-        picker.add(QuestionResult(f"t[{key}]", q, ("t",), {"orig": None, "jpeg": None}, {"orig": _correct()}, None))  # type: ignore[dict-item]
+        picker.add(QuestionResult(f"t[{key}]", q, ("t",), {"orig": None, "jpeg": None}, {"orig": _correct()}, None))  # type: ignore[dict-item]  # only the rows' arm names are read
         held = max(held, len(picker._held))
     assert picker.total == len(keys)
     assert [it.question.key for it in picker.chosen()] == ["1", "7", "8"]  # natural order, not text order

@@ -196,7 +196,7 @@ def test_an_unknown_model_is_vllms_404(client: openai.OpenAI, stream: bool) -> N
     with pytest.raises(openai.NotFoundError) as e:
         r = client.chat.completions.create(model="gpt-4o", stream=stream,
                                            messages=_messages("hi", False))
-        list(r) if stream else None  # type: ignore[call-overload]
+        list(r) if stream else None  # type: ignore[call-overload]  # r: the stream when stream is set
     assert e.value.status_code == 404
     assert e.value.body == {"message": "The model `gpt-4o` does not exist.",
                             "type": "NotFoundError", "param": "model", "code": 404}

@@ -76,7 +76,7 @@ def _accuracy(server: RunningServer, demo: list[Question],
     sent: dict[str, bytes] = {}
     for q in demo:
         if q.image.id not in sent:
-            with Image.open(q.image.path) as im:  # type: ignore[arg-type]
+            with Image.open(q.image.path) as im:  # type: ignore[arg-type]  # path: set for images read from files
                 sent[q.image.id] = _jpeg95(arm(im.convert("RGB")))
     hits: dict[str, list[bool]] = defaultdict(list)
     with requests.Session() as s:
@@ -135,7 +135,7 @@ def test_lossy_codecs_cost_accuracy_on_small_objects(
 
 def test_response_shape_and_usage(server: RunningServer, demo: list[Question]) -> None:
     q = next(q for q in demo if q.type == "count")
-    with Image.open(q.image.path) as im:  # type: ignore[arg-type]
+    with Image.open(q.image.path) as im:  # type: ignore[arg-type]  # path: set for images read from files
         jpg = _jpeg95(im)
     r = requests.post(f"{server.url}/v1/chat/completions", json=_body(q.text, jpg),
                       timeout=TIMEOUT)
@@ -221,7 +221,7 @@ def test_32_parallel_requests(server: RunningServer, demo: list[Question]) -> No
     jpgs: dict[str, bytes] = {}
     for q in picked:
         if q.image.id not in jpgs:
-            with Image.open(q.image.path) as im:  # type: ignore[arg-type]
+            with Image.open(q.image.path) as im:  # type: ignore[arg-type]  # path: set for images read from files
                 jpgs[q.image.id] = _jpeg95(im)
 
     def one(q: Question) -> str:
@@ -259,7 +259,7 @@ def test_cli_serves_on_a_free_port(demo: list[Question]) -> None:
         models = requests.get(f"{url}/v1/models", timeout=TIMEOUT).json()
         assert [d["id"] for d in models["data"]] == ["ref-cli"]
         q = next(q for q in demo if q.type == "rural_urban")
-        with Image.open(q.image.path) as im, requests.Session() as s:  # type: ignore[arg-type]
+        with Image.open(q.image.path) as im, requests.Session() as s:  # type: ignore[arg-type]  # path: set for images read from files
             assert _ask(s, url, q.text, _jpeg95(im), model="ref-cli") == q.answer
     finally:
         proc.terminate()
