@@ -144,7 +144,6 @@ __all__ = [
     "FigureInput",
     "group_by",
     "SampleArmStat",
-    "SamplePaired",
     "SampleGroup",
     "SampleStats",
     "summarize_samples",
@@ -1007,23 +1006,11 @@ class SampleArmStat:
 
 
 @dataclass(frozen=True)
-class SamplePaired:
-    """Recon minus reference on the per-question mean-of-K (percentage points)."""
-
-    arm: str
-    reference: str
-    n_pairs: int
-    delta: float
-    ci_low: float
-    ci_high: float
-
-
-@dataclass(frozen=True)
 class SampleGroup:
     n: int
     n_images: int
     arms: dict[str, SampleArmStat]
-    paired: dict[str, SamplePaired]
+    paired: dict[str, AggregatePaired]  # recon - reference on the per-question mean-of-K
 
 
 @dataclass(frozen=True)
@@ -1106,12 +1093,12 @@ def summarize_samples(
                 majority_ci_low=jlo, majority_ci_high=jhi,
                 agreement_n=int(c["agr_has"].sum()), agreement=ratios.value([h[arm][2]]),
                 agreement_ci_low=alo, agreement_ci_high=ahi)
-        paired: dict[str, SamplePaired] = {}
+        paired: dict[str, AggregatePaired] = {}
         for arm in pairs:
             n = int((cols[arm]["has"][idx] & cols[reference_arm]["has"][idx]).sum())
             if n:
                 lo, hi = ratios.interval([d[arm]], level, 100.0)
-                paired[arm] = SamplePaired(arm, reference_arm, n, 100.0 * ratios.value([d[arm]]), lo, hi)
+                paired[arm] = AggregatePaired(arm, reference_arm, n, 100.0 * ratios.value([d[arm]]), lo, hi)
         return SampleGroup(n=int(idx.size), n_images=ratios.n_clusters, arms=out, paired=paired)
 
     return SampleStats(k=k, reference_arm=reference_arm, arms=arms,
