@@ -27,7 +27,7 @@ from pytest_satbench.engine.client import Answer, ServerPool
 from pytest_satbench.engine.failures import RequestFailed
 from pytest_satbench.engine.fingerprint import AskSettings, arm_fingerprint
 from pytest_satbench.engine.images import ImageError, ImagePipeline, PreparedImage
-from pytest_satbench.engine.store import ResultStore
+from pytest_satbench.engine.store import ResultStore, StoreError
 
 
 @dataclass(slots=True)
@@ -270,7 +270,11 @@ class QuestionRunner:
                     if exc is not None:
                         err = str(exc) if isinstance(exc, ImageError) else f"{type(exc).__name__}: {exc}"
                         row = self._error_row(job, arm, fps[arm], err)
-                        self.store.put(row)
+                        if self.store.failure is None:  # (a failed store takes nothing more: its item says so)
+                            try:
+                                self.store.put(row)
+                            except StoreError:
+                                pass  # it failed meanwhile: `store.failure` ends the run with its one line
                         finish_one(ArmResult(arm, "error", error=err, row=row))
                     else:
                         self._requests.submit(ask, arm, f.result())

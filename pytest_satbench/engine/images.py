@@ -20,6 +20,7 @@ import base64
 import hashlib
 import io
 import os
+import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from pytest_satbench.core.question import ImageRef
 from pytest_satbench.core.records import Distortion
 from pytest_satbench.engine.config import config_default
 from pytest_satbench.engine.fingerprint import PIPELINE_VERSION
-from pytest_satbench.engine.store import ImageInfo, ResultStore
+from pytest_satbench.engine.store import ImageInfo, ResultStore, StoreError
 
 if TYPE_CHECKING:
     from pytest_satbench.engine.diskcache import DiskCache
@@ -261,8 +262,11 @@ class ImagePipeline:
             if name == ORIG:
                 continue
             found = None
-            if self.store is not None:
-                found = self.store.distortion(orig.sha256, arm.sha256, lpips_weights=weights)
+            if self.store is not None and self.store.failure is None:
+                try:
+                    found = self.store.distortion(orig.sha256, arm.sha256, lpips_weights=weights)
+                except (StoreError, sqlite3.Error):  # a failing store fails the answers' writes, not
+                    found = None  # the image: its distortion is measured here instead
             if found is not None and (self.lpips is None or found.lpips is not None):
                 arms[name] = replace(arm, distortion=found)
                 continue
@@ -283,8 +287,11 @@ class ImagePipeline:
                     f"({type(exc).__name__}: {exc}); its answers count, its distortion is left out")
                 continue
             self.distortions_computed += 1
-            if self.store is not None:
-                self.store.put_distortion(orig.sha256, arm.sha256, found, weights)
+            if self.store is not None and self.store.failure is None:
+                try:
+                    self.store.put_distortion(orig.sha256, arm.sha256, found, weights)
+                except StoreError:  # the store failed since: its answers' writes say so, one line
+                    pass
             arms[name] = replace(arm, distortion=found)
 
     def _distortion_note(self, line: str) -> None:
