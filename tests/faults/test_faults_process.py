@@ -41,7 +41,12 @@ def _interrupt_several_times(sig: int, tmp_path, reference: Reference, healthy: 
             if target == 0:
                 time.sleep(rng.uniform(0.2, 1.0))
             else:
-                assert wait_until(lambda b=before, t=target: srv.chat_requests - b >= t, 60)
+                reached = wait_until(lambda b=before, t=target, r=running: srv.chat_requests - b >= t
+                                     or r.proc.poll() is not None, 120)
+                asked_now = srv.chat_requests - before
+                assert reached and asked_now >= target, (
+                    f"run {i}: {asked_now} of the {target} requests to wait for (exit {running.proc.poll()}):\n"
+                    + running.log.read_text()[-3000:])
             t0 = time.monotonic()
             running.signal(sig)
             result = running.wait(60)

@@ -3,10 +3,12 @@ a rerun asks only what was not answered."""
 
 from __future__ import annotations
 
+import itertools
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,14 +22,24 @@ def test_ctrl_c_is_one_line_and_a_rerun_resumes(tmp_path: Path) -> None:
     data = tmp_path / "data"
     write_rsvqa(data, "lr", n_images=10, per_type=5)  # 200 questions
     store = tmp_path / "results.sqlite"
-    with FakeVLM(["m"], answer=lambda p, h, i: "yes", delay=0.05) as srv:
+    # answers after the 20th wait until Ctrl-C is sent: the run cannot end before it, however
+    # slowly this process gets to send it on a loaded machine
+    gate, answered = threading.Event(), itertools.count(1)
+
+    def answer(prompt: str, has_image: bool, image: bytes | None) -> str:
+        if next(answered) > 20:
+            gate.wait(60)
+        return "yes"
+
+    with FakeVLM(["m"], answer=answer, delay=0.05) as srv:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--servers", srv.url, "--data-root",
                str(data), "--store", str(store), "--concurrency", "4"]
         run = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 30
-        while srv.chat_requests < 20 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while srv.chat_requests < 21 and time.monotonic() < deadline and run.poll() is None:
             time.sleep(0.05)
         run.send_signal(signal.SIGINT)
+        gate.set()
         out, _ = run.communicate(timeout=60)
         asked = srv.chat_requests
         rerun = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)

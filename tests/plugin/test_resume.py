@@ -12,6 +12,7 @@ report.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -19,6 +20,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -53,14 +55,24 @@ def test_lf_after_ctrl_c_reruns_the_failed_and_the_never_reached_items(tmp_path:
     # the first two requests of the first image's first question text fail at once (HTTP 400)
     failing = {written.expected[0].text: [Fail.http(400)] * 2}
     store = tmp_path / "results.sqlite"
-    with FakeVLM(["m"], answer=lambda p, h, i: "yes", delay=0.05, fail_prompt=failing) as srv:
+    # answers after the 60th wait until Ctrl-C is sent: the run cannot end before it, however
+    # slowly this process gets to send it on a loaded machine
+    gate, answered = threading.Event(), itertools.count(1)
+
+    def answer(prompt: str, has_image: bool, image: bytes | None) -> str:
+        if next(answered) > 60:
+            gate.wait(60)
+        return "yes"
+
+    with FakeVLM(["m"], answer=answer, delay=0.05, fail_prompt=failing) as srv:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--servers", srv.url, "--data-root",
                str(data), "--store", str(store), "--concurrency", "4"]
         run = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 30
-        while srv.chat_requests < 60 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while srv.chat_requests < 61 and time.monotonic() < deadline and run.poll() is None:
             time.sleep(0.05)
         run.send_signal(signal.SIGINT)
+        gate.set()
         out, _ = run.communicate(timeout=60)
         asked = srv.chat_requests
         listed = _report_list(tmp_path, store)
