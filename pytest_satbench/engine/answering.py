@@ -5,6 +5,9 @@ an error. It never blocks on the network itself: the image is prepared on the im
 pipeline's threads, each arm's request runs on the request threads, and each answer is
 scored and committed to the store the moment it arrives, so a killed run keeps it.
 A stored answer is reused when its fingerprint matches; wrong answers are never retried.
+
+(Just over 500 lines: the judge's asks and the request threads (`DaemonWorkers`) live here with
+the one path that completes an item, which they both end on.)
 """
 
 from __future__ import annotations
