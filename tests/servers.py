@@ -40,6 +40,7 @@ import argparse
 import base64
 import gzip
 import json
+import signal
 import socket
 import struct
 import sys
@@ -71,6 +72,13 @@ def one_line(e: BaseException) -> str:
     s = str(e)
     assert "\n" not in s and s.strip() == s and s
     return s
+
+
+def interruptible() -> None:
+    """`preexec_fn` of a run a test will Ctrl-C: SIGINT back to its default in the child. A
+    process started in the background by a non-interactive shell (a CI script's `cmd &`) ignores
+    SIGINT, its children inherit that, and Python then never raises KeyboardInterrupt in them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from datasets_fake import write_rsvqa
+from servers import interruptible
 
 HERE = Path(__file__).resolve().parent
 SERVERS_PY = HERE.parent / "servers.py"
@@ -118,7 +119,7 @@ class Project:
         log = self.dir / f"{name}-{len(self.results)}-{time.monotonic_ns()}.log"
         fh = log.open("w")
         proc = subprocess.Popen(self.cmd(urls, *extra), cwd=self.dir, stdout=fh, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True, preexec_fn=preexec)  # noqa: PLW1509 (the one preexec sets RLIMIT_FSIZE)
+                                text=True, start_new_session=True, preexec_fn=_preexec(preexec))  # noqa: PLW1509 (SIGINT's default, and RLIMIT_FSIZE where asked)
         fh.close()
         return Running(self, proc, log, time.monotonic())
 
@@ -150,6 +151,18 @@ class Project:
         finally:
             conn.close()
         return finished, items
+
+
+def _preexec(extra: Any) -> Any:
+    """Every run starts with SIGINT at its default (`servers.interruptible`: a run started from a
+    background CI script would otherwise ignore Ctrl-C), then `extra` where a test gives one."""
+
+    def run() -> None:
+        interruptible()
+        if extra is not None:
+            extra()
+
+    return run
 
 
 @dataclass

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from datasets_fake import write_rsvqa
-from servers import FakeVLM
+from servers import FakeVLM, interruptible
 
 
 def test_ctrl_c_is_one_line_and_a_rerun_resumes(tmp_path: Path) -> None:
@@ -34,7 +34,8 @@ def test_ctrl_c_is_one_line_and_a_rerun_resumes(tmp_path: Path) -> None:
     with FakeVLM(["m"], answer=answer, delay=0.05) as srv:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--servers", srv.url, "--data-root",
                str(data), "--store", str(store), "--concurrency", "4"]
-        run = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        run = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=interruptible)  # noqa: PLW1509 (only resets SIGINT)
         deadline = time.monotonic() + 120
         while srv.chat_requests < 21 and time.monotonic() < deadline and run.poll() is None:
             time.sleep(0.05)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from datasets_fake import rsvqa_suite, write_rsvqa
-from servers import Fail, FakeVLM
+from servers import Fail, FakeVLM, interruptible
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 NEVER_REACHED = re.compile(r"satbench: this run never reached (\d+) of its (\d+) items: they are added to "
@@ -67,7 +67,8 @@ def test_lf_after_ctrl_c_reruns_the_failed_and_the_never_reached_items(tmp_path:
     with FakeVLM(["m"], answer=answer, delay=0.05, fail_prompt=failing) as srv:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "--servers", srv.url, "--data-root",
                str(data), "--store", str(store), "--concurrency", "4"]
-        run = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        run = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=interruptible)  # noqa: PLW1509 (only resets SIGINT)
         deadline = time.monotonic() + 120
         while srv.chat_requests < 61 and time.monotonic() < deadline and run.poll() is None:
             time.sleep(0.05)
