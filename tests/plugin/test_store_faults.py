@@ -72,10 +72,11 @@ def test_a_store_deleted_mid_run_stops_the_run(pytester: pytest.Pytester, tmp_pa
     store = tmp_path / "store" / "results.sqlite"
 
     def delete_soon() -> None:
-        deadline = time.monotonic() + 30
-        while not store.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)
+        # mid-run: once the server has answered a few requests (not a fixed time after the file
+        # appears, which a loaded machine can spend still starting the run)
+        deadline = time.monotonic() + 60
+        while srv.chat_requests < 8 and time.monotonic() < deadline:
+            time.sleep(0.02)
         store.unlink()
 
     with FakeVLM(["m"], answer=lambda p, h, i: "yes", delay=0.05) as srv:
