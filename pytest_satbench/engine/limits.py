@@ -28,9 +28,16 @@ does not. The limit must end near the knee (the fewest in flight that reach the 
 rate), not at any count that is merely not slower: a queue held at the server hides its
 failures, inflates latency and costs client threads and memory.
 
+- It starts lower: at the first look that finds no /metrics the limit goes to
+  `initial_without_metrics` (16 by default, engine/concurrency.py) before any verdict, so a
+  server with a low knee is not flooded while it is searched from above, and a batching one
+  is a doubling further from its batch.
 - Every judgement is of a settled window: it starts one latency after the change (requests
   sent right after a raise queue behind the old limit's, and a window that mixes them
-  overrates the raise; that is how slow start used to overshoot past the knee).
+  overrates the raise; that is how slow start used to overshoot past the knee), and after a
+  cut, not before the requests sent under the higher limit have gone (else the window counts
+  their load as the new limit's, rates it at the old limit's throughput, and the raises after
+  it look like they do not pay).
 - Slow start doubles while the rate's elasticity to the limit (d log rate / d log limit) is
   at least `ELASTIC`; by Little's law that is the gradient of latency against the limit
   staying below 1 - ELASTIC. A raise that does not pay ends it, and the search from above
@@ -49,9 +56,12 @@ failures, inflates latency and costs client threads and memory.
 - The search from above, while requests may be queueing: halve the limit; a cut is kept
   unless the rate falls by more than `KNEE_LOSS` from the median rate of the last
   `BASE_MEMORY_S` at the limit cut from or above (so cuts cannot each lose a little, step
-  after step); a cut that costs is judged once more (the machine's other work comes and
-  goes) and then bounds the search from below, and the next cut is to the geometric middle
-  of the bounds, until they are within 25%. The knee of a fixed-rate server is so found in a
+  after step). A cut that costs is judged again against the limit it was cut from, measured
+  once more just after it: the machine's other work comes and goes, and a cut measured in a
+  slow second would otherwise end the search (simulated: a 4-worker server whose speed is
+  redrawn within +-10% every second was held at 19 in flight, 4.7x its unloaded latency).
+  If it costs against that too it bounds the search from below for `BASE_MEMORY_S`, and the
+  next cut is to the geometric middle of the bounds, until they are within 25%. The knee of a fixed-rate server is so found in a
   handful of windows instead of the 0.8x steps (and their noisy verdicts) of steady state.
 - Otherwise steady state probes as before: now and then 0.8x or 1.25x + 1, a change kept
   when the elasticity says so, and while latency is inflated a raise must show twice the
@@ -196,6 +206,12 @@ class _Window:
         self.changed = self.started
 
     def update(self, now: float, in_flight: int, at_limit: bool) -> None:
+        if in_flight > int(self.limit) and not self.fresh and now > self.started:
+            # a cut's requests sent under the higher limit are still in flight: the window
+            # opens once they have gone, or its load would be the old limit's
+            self.started = self.changed = now
+            self.load = self.saturated_s = 0.0
+            self.busy_since = None
         t = max(now, self.started)
         self.load += self.in_flight * (t - self.changed)
         self.in_flight, self.changed = in_flight, t
@@ -241,7 +257,7 @@ class AdaptiveLimit:
     """
 
     def __init__(self, now: float, *, cap: int, initial: int,
-                 floor: int = 1, min_window_s: float = 0.4, min_completions: int = 20, scrape_hold_s: float = 0.5,
+                 initial_without_metrics: int | None = None, floor: int = 1, min_window_s: float = 0.4, min_completions: int = 20, scrape_hold_s: float = 0.5,
                  target_waiting: float = 0.04, max_probe_interval_s: float = 60.0) -> None:
         if cap < 1 or floor < 1:
             raise ValueError("concurrency limits must be >= 1")
@@ -255,6 +271,8 @@ class AdaptiveLimit:
         self._max_probe_interval_s = max_probe_interval_s
         self._history = _History(now)
         self._history.add(now, self.limit, "start")
+        # lowered at the first tick that finds no metrics, before any verdict
+        self._initial_without_metrics = initial_without_metrics
         self._in_flight = 0
         self._window = _Window(self._limit, now)
         self._latencies: deque[float] = deque(maxlen=64)  # recent, for the window's length
@@ -266,6 +284,9 @@ class AdaptiveLimit:
         self._trial: tuple[float, float, bool] | None = None
         # the last limit found to lose throughput by the search from above, and when
         self._knee_below: tuple[float, float] | None = None
+        # a cut of the search found costly once, while the limit it was cut from is measured
+        # again: (the cut, its rate)
+        self._recheck: tuple[float, float] | None = None
         self._last_rate: float | None = None  # at the current limit, once measured
         # judged windows of the last BASE_MEMORY_S: (time, limit, mean latency, rate)
         self._base: deque[tuple[float, float, float, float]] = deque()
@@ -305,7 +326,8 @@ class AdaptiveLimit:
             return  # the same overload, seen by the requests in flight at once
         self._backed_off_at = now
         self._slow_start = False
-        self._trial = None
+        self._trial = self._recheck = None
+        self._judged_twice = False
         self._set(now, max(self.floor, self._limit * 0.7), "back off")
         self._probe_interval_s = min(self._max_probe_interval_s, self._probe_interval_s * 2)
         self._next_probe_at = now + self._probe_interval_s
@@ -315,6 +337,11 @@ class AdaptiveLimit:
             self.metrics_seen = True
             self._by_metrics(now, metrics)
         else:
+            if self._initial_without_metrics is not None:
+                start, self._initial_without_metrics = self._initial_without_metrics, None
+                if not self.metrics_seen and start < self._limit and len(self._history.points) == 1:
+                    self._set(now, start, "start")
+                    return
             self._by_rate(now)
 
     # ------------------------------------------------------------------ with metrics
@@ -379,6 +406,9 @@ class AdaptiveLimit:
         rate = w.rate(now)
         if w.settled or w.started > self._changed_at:  # (the first window ramps up from 0)
             self._inflated = self._note(now, w.latency_sum / w.fresh, rate)
+        if self._recheck is not None:
+            self._judge_recheck(now, rate, saturated)
+            return
         if self._trial is not None:
             before, before_rate, searching = self._trial
             self._trial = None
@@ -397,19 +427,12 @@ class AdaptiveLimit:
             else:
                 pays = gain < ELASTIC
             if searching and not pays and not self._judged_twice:
-                # the machine's other work comes and goes: a cut found costly once is
-                # measured once more before it bounds the search
+                # the machine's other work comes and goes: a cut found costly once is held
+                # against `before` measured again right after it, the nearest rate in time
+                # (a slowdown of the whole machine during the cut then lowers it too)
                 self._judged_twice = True
-                self._trial = (before, before_rate, True)
-                self._new_window(now, settle=True)
-                return
-            if searching and not pays:
-                # the knee lies between this cut and `before`: the next cut halves the gap
-                self._judged_twice = False
-                self._knee_below = (self._limit, now)
-                self._last_rate = before_rate
+                self._recheck = (self._limit, rate)
                 self._set(now, before, "revert")
-                self._probe_up, self._next_probe_at = False, now
                 return
             if pays:  # a raise that pays, or a cut that costs nothing
                 if raised:
@@ -449,7 +472,7 @@ class AdaptiveLimit:
         self._last_rate = rate
         settled = w.settled
         self._new_window(now)
-        if saturated and not self._slow_start and self._queued() and self._search_target() is not None:
+        if saturated and not self._slow_start and self._queued() and self._search_target(now) is not None:
             # requests queue at the server: look for fewer at once
             self._probe_up = False
             self._next_probe_at = now
@@ -460,6 +483,27 @@ class AdaptiveLimit:
                 self._new_window(now, settle=True)
                 return
             self._probe(now, rate, up=self._slow_start or self._probe_up)
+
+    def _judge_recheck(self, now: float, rate: float, saturated: bool) -> None:
+        """A cut of the search found costly once, judged against the limit it was cut from as
+        measured again just after it (`rate`, now): kept if it lost at most KNEE_LOSS of that;
+        else it bounds the search from below."""
+        assert self._recheck is not None
+        cut, cut_rate = self._recheck
+        self._recheck = None
+        self._judged_twice = False
+        self._new_window(now)
+        if not saturated:
+            return  # the client did not fill the limit: nothing was learnt
+        if cut_rate >= (1 - KNEE_LOSS) * rate:
+            self._last_rate = cut_rate
+            self._knee_below = None
+            self._set(now, cut, "cut")
+            self._probe_up, self._next_probe_at = False, now
+            return
+        self._knee_below = (cut, now)
+        self._last_rate = rate
+        self._probe_up, self._next_probe_at = False, now
 
     def _probe(self, now: float, rate: float, *, up: bool) -> None:
         """Try another limit: up (doubling in slow start), or down to find the knee from
@@ -480,7 +524,7 @@ class AdaptiveLimit:
                 return
             target = before * 0.8
             if self._queued():
-                found = self._search_target()
+                found = self._search_target(now)
                 if found is None:
                     return  # the knee is within a step below: hold
                 target, searching = found, True
@@ -498,11 +542,11 @@ class AdaptiveLimit:
         since = self._changed_at - BASE_MEMORY_S
         return self._inflated or not any(b[1] <= self._limit / 2 for b in self._base if b[0] >= since)
 
-    def _search_target(self) -> float | None:
+    def _search_target(self, now: float) -> float | None:
         """The next cut of the search from above: half the limit, or the geometric middle
         between it and the last limit that lost throughput; None once they are within 25%."""
         below = self._knee_below
-        if below is not None and below[1] < self._changed_at - BASE_MEMORY_S:
+        if below is not None and below[1] < now - BASE_MEMORY_S:
             below = self._knee_below = None
         if below is None:
             return max(float(self.floor), self._limit / 2)

@@ -143,7 +143,7 @@ def test_recovers_after_a_slowdown() -> None:
     slow = drv.rate(t0 + 3.5, t0 + 5.0)
     after = drv.rate(t0 + 7.0, t0 + 9.0)
     assert slow < 0.7 * SMALL.capacity_rps  # the slowdown was real
-    assert after >= 0.7 * SMALL.capacity_rps, (slow, after, usage.limit_history)
+    assert after >= 0.7 * SMALL.capacity_rps, (slow, after, " ".join(f"{p.t}:{p.limit}:{p.why}" for p in usage.limit_history))
     assert usage.limit is not None and usage.limit >= SMALL.max_num_seqs * 0.8
 
 

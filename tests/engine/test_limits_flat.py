@@ -12,13 +12,15 @@ import pytest
 from fleet_sim import EngineParams
 from limit_sim import BatchServer, FlatServer, drive
 
+from pytest_satbench.engine.concurrency import ConcurrencySpec
 from pytest_satbench.engine.limits import AdaptiveLimit
 
 
-@pytest.mark.parametrize(("workers", "service_s", "drift"), [(4, 0.02, 0.0), (8, 0.05, 0.1), (16, 0.01, 0.0)])
+@pytest.mark.parametrize(("workers", "service_s", "drift"), [
+    (4, 0.02, 0.0), (4, 0.02, 0.1), (8, 0.05, 0.1), (8, 0.1, 0.1), (16, 0.01, 0.0)])
 def test_a_flat_server_is_held_near_its_knee(workers: int, service_s: float, drift: float) -> None:
     srv = FlatServer(workers, service_s, jitter=0.3, seed=1, drift=drift)
-    lim = AdaptiveLimit(0.0, cap=512, initial=32)  # the defaults: 8x past a 4-worker knee
+    lim = ConcurrencySpec().limiter(0.0)  # the defaults: 32, then 16 once no /metrics are found
     run = drive(lim, srv, 40.0)
     rate, median = run.window(15.0, 40.0)
     assert rate >= 0.9 * srv.capacity_rps, (rate, lim.history)
@@ -38,6 +40,37 @@ def test_a_batching_server_is_still_filled(params: EngineParams) -> None:
     run = drive(lim, srv, seconds)
     rate, _ = run.window(seconds / 4, seconds)
     assert rate >= 0.9 * srv.capacity_rps, (rate, srv.capacity_rps, lim.history)
+
+
+def test_a_cut_that_costs_once_is_measured_against_its_limit_again() -> None:
+    # Drift redraws the machine's speed every second: the halving from 32 to 16 lands in a
+    # slow second and looks 11% dearer than the 32 before it. Measured again at 32 just after,
+    # it costs nothing, and the search goes on down to the knee.
+    srv = FlatServer(4, 0.02, jitter=0.3, seed=1, drift=0.1)
+    lim = AdaptiveLimit(0.0, cap=512, initial=32)
+    rate, median = drive(lim, srv, 40.0).window(15.0, 40.0)
+    assert lim.limit <= 7 and median <= 1.5 * srv.unloaded_s, [(p.t, p.limit, p.why) for p in lim.history]
+    assert rate >= 0.9 * srv.capacity_rps
+
+
+def test_a_bound_on_the_search_is_forgotten_after_a_minute() -> None:
+    # A cut to 14 found costly at t=10 bounds the search: 16 is within 25% of it, so the
+    # search holds. The bound is dropped a minute later, whether or not the limit moved in
+    # between (it used to count from the last change, so a limit held at the bound kept it).
+    lim = AdaptiveLimit(0.0, cap=512, initial=16)
+    lim._knee_below = (14.0, 10.0)
+    assert lim._search_target(30.0) is None
+    assert lim._search_target(71.0) == 8.0  # forgotten: half the limit again
+
+
+def test_a_cut_waits_for_the_higher_limit_s_requests_to_go() -> None:
+    # Starting at 32 and going to 8 at the first look without metrics: the 32 requests sent
+    # at once are still in the batch; a window that counted them as 8's load would rate 8 at
+    # 32's throughput, and the doublings after it would look like they do not pay.
+    srv = BatchServer(EngineParams(max_num_seqs=64), jitter=0.3, seed=2)
+    lim = AdaptiveLimit(0.0, cap=512, initial=32, initial_without_metrics=8)
+    rate, _ = drive(lim, srv, 120.0).window(30.0, 120.0)
+    assert rate >= 0.9 * srv.capacity_rps, [(p.t, p.limit, p.why) for p in lim.history]
 
 
 def test_the_simulated_servers_keep_their_arithmetic() -> None:
