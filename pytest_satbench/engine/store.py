@@ -365,9 +365,14 @@ class ResultStore:
         queued write is released (committed, or failed with `failure` set)."""
         conn: sqlite3.Connection | None = None
         try:
+            # the file (or its folder) deleted or replaced since it was opened: said as such, and
+            # no new file is made in its place (connecting would make one, or fail as unopenable)
+            self._check_identity()
             conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=60000")
+        except StoreError as exc:
+            self._fail(exc)
         except (sqlite3.Error, OSError) as exc:
             self._fail(store_error(self.path, exc))
         while True:

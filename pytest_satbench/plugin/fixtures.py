@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def _runtime(request: pytest.FixtureRequest) -> Runtime:
     session = cast("RunController", request.config.pluginmanager.get_plugin("satbench-session"))  # registered at configure
-    return session.runtime()
+    return session.runtime(request.session)
 
 
 @pytest.fixture(scope="session")

@@ -120,7 +120,7 @@ class RunController:
                 s = self.settings
                 seq.start(items, queued_for(s.concurrency, 1 if s.builtin_server else len(s.servers)))
                 upcoming = seq.gate(upcoming, self._stopped.is_set)
-            self._start(upcoming)
+            self._start(upcoming, session)
         try:
             return (yield)
         except KeyboardInterrupt as exc:
@@ -141,14 +141,23 @@ class RunController:
             if self._runtime is not None:
                 self._runtime.close()
 
-    def _start(self, upcoming: Iterator[QuestionItem] | None) -> Runtime:
+    def _start(self, upcoming: Iterator[QuestionItem] | None, session: pytest.Session | None) -> Runtime | None:
+        """The started runtime; None when the store failed at the run's first write (the run is
+        stopped, exit 7: `pytest_runtest_protocol` then asks nothing)."""
         from pytest_satbench.engine.runtime import Runtime, StartError
+        from pytest_satbench.engine.store import StoreError
 
         try:
             self._runtime = Runtime.start(self._runtime_config(), upcoming)
         except StartError as exc:
             self.state.start_failed = True  # nothing was attempted: no item counts as never reached
             raise pytest.UsageError(f"satbench: {exc}") from None
+        except StoreError as exc:
+            # The store opened (the start's check wrote to it) and then failed at the run's first
+            # write (`start_run`): deleted, its folder removed or made read-only in between. As a
+            # store that fails mid-run: one line, exit 7, every item never reached (--lf reruns them).
+            self.state.stop(session, STORE_FAILED_EXIT, str(exc))
+            return None
         if not self.state.is_worker:
             for line in self._runtime.notices:
                 self.state.say(f"satbench: {line}")
@@ -216,9 +225,14 @@ class RunController:
         upcoming = worker_upcoming_items(self.state.config, session, items, self._stopped.is_set)
         return iter(items) if upcoming is None else upcoming
 
-    def runtime(self) -> Runtime:
+    def runtime(self, session: pytest.Session | None = None) -> Runtime:
         """The engine, started on first use (the public fixtures use this)."""
-        return self._runtime if self._runtime is not None else self._start(None)
+        if self._runtime is None and self.state.stopped is None:
+            self._start(None, session)
+        if self._runtime is None:  # the store failed as it started (now or for an earlier test): its one line
+            assert self.state.stopped is not None
+            pytest.fail(self.state.stopped[1], pytrace=False)
+        return self._runtime
 
     def builtin_server(self) -> RunningServer:
         if self._builtin is None:
@@ -261,6 +275,8 @@ class RunController:
     # ------------------------------------------------------------------ one item
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        if isinstance(item, QuestionItem) and self._runtime is None and self.state.stopped is not None:
+            return True  # the run stopped as its runtime started: nothing is asked, pytest stops after this item
         if isinstance(item, QuestionItem) and self._runtime is not None:
             if self._compat is None:  # (a runtime has servers, so this is not expected)
                 return run_question_item(item, nextitem)

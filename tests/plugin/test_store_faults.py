@@ -128,3 +128,91 @@ def test_a_store_on_a_network_file_system_is_warned_about(tmp_path: Path) -> Non
     assert "lustre" in (network_store_warning(Path("/scratch/x.sqlite"), mounts) or "")
     assert network_store_warning(Path("/tmp/x.sqlite"), mounts) is None
     assert network_store_warning(Path("/homework/x.sqlite"), mounts) is None  # /home is not a prefix of it
+
+
+# A codec whose build does to the store what a test says, once: the runtime builds the codecs
+# after it opened the store and before the run's first write to it (engine/runtime.py:
+# `Runtime._open`), so the fault lands exactly there, with no timing involved.
+STORE_FAULT_CODEC = """
+import os, shutil, subprocess
+from pytest_satbench.codecs.base import ArmSpec, CodecFactory, register_codec
+from pytest_satbench.codecs.simple import IdentityCodec
+
+STORE, _done = {store!r}, []
+
+def build(specs):
+    if not _done:
+        _done.append(True)
+        {action}
+    return [IdentityCodec(s) for s in specs]
+
+register_codec(CodecFactory("storefault", lambda params: ArmSpec("storefault"), build))
+"""
+DELETED = "the file was deleted or replaced while this run wrote to it (was .pytest_cache removed?)"
+BEFORE_FIRST_WRITE = {  # the fault: (what the codec does, what the one line says)
+    "file deleted": ("os.unlink(STORE)", DELETED),
+    "folder deleted": ("shutil.rmtree(os.path.dirname(STORE))", DELETED),
+    "file made read-only": ("subprocess.run(['chattr', '+i', STORE], check=True)",
+                            "it cannot be written (the file is read-only"),
+}
+
+
+@pytest.mark.parametrize(("fault", "xdist"), [*((f, False) for f in BEFORE_FIRST_WRITE), ("file deleted", True)],
+                         ids=[*BEFORE_FIRST_WRITE, "file deleted, -n 2"])
+def test_a_store_that_fails_before_the_first_write_stops_the_run(
+    pytester: pytest.Pytester, tmp_path: Path, fault: str, xdist: bool,
+) -> None:
+    if fault == "file made read-only":
+        probe = tmp_path / "probe"
+        probe.touch()
+        done = subprocess.run(["chattr", "+i", str(probe)], capture_output=True, text=True, check=False)
+        subprocess.run(["chattr", "-i", str(probe)], capture_output=True, check=False)
+        if done.returncode != 0:  # root ignores permission bits: only an immutable file refuses it
+            pytest.skip(f"chattr +i is not available here: {done.stderr.strip()}")
+    data = rsvqa_suite(pytester, BENCH, n_images=2, per_type=1)
+    store = tmp_path / "store" / "results.sqlite"
+    action, says = BEFORE_FIRST_WRITE[fault]
+    args = ("--store", str(store), "--recon", "storefault", *(["-n", "2"] if xdist else []))
+    with FakeVLM(["m"], answer=lambda p, h, i: "yes") as srv:
+        pytester.makeconftest(STORE_FAULT_CODEC.format(store=str(store), action="pass"))
+        assert _run(pytester, srv.url, data, *args).ret == 0
+        kept = _answered(store)
+        pytester.makeconftest(STORE_FAULT_CODEC.format(store=str(store), action=action))
+        try:
+            result = _run(pytester, srv.url, data, *args, "--fresh")
+        finally:
+            subprocess.run(["chattr", "-i", str(store)], capture_output=True, check=False)
+        assert srv.chat_requests == kept  # the failed run asked nothing
+    out = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in out and "Traceback" not in out, out
+    assert result.ret == STORE_FAILED_EXIT, out
+    said = [ln for ln in result.outlines if ln.startswith("satbench: results store") and "(exit status 7)" in ln]
+    assert len(said) == 1 and said[0].startswith(f"satbench: results store {store}: {says}"), out
+    result.stdout.fnmatch_lines(["satbench: this run never reached 8 of its 8 items*"])  # --lf reruns them
+    if fault == "file made read-only":
+        assert kept == 16 and _answered(store) == kept  # 8 questions in 2 arms: what was committed stays
+    else:
+        assert not store.exists()  # no empty store made in its place
+
+
+def test_a_store_that_fails_before_the_first_write_stops_a_run_of_the_public_fixtures(
+    pytester: pytest.Pytester, tmp_path: Path,
+) -> None:
+    store = tmp_path / "store" / "results.sqlite"
+    pytester.makepyfile(test_mine="""
+        def test_one(satbench_ask):
+            pass
+
+        def test_two(satbench_ask):
+            pass
+    """)
+    pytester.makeconftest(STORE_FAULT_CODEC.format(store=str(store), action="os.unlink(STORE)"))
+    with FakeVLM(["m"], answer=lambda p, h, i: "yes") as srv:
+        result = _run(pytester, srv.url, tmp_path, "--store", str(store), "--recon", "storefault")
+        assert srv.chat_requests == 0
+    out = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in out and "satbench_ask" not in out, out  # the line, not the fixture's frames
+    assert result.ret == STORE_FAILED_EXIT, out
+    result.assert_outcomes(errors=1)  # the run stopped after the first test
+    said = [ln for ln in result.outlines if ln.startswith("satbench: results store") and "(exit status 7)" in ln]
+    assert len(said) == 1 and DELETED in said[0], out
