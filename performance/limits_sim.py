@@ -7,7 +7,8 @@ dependence, so the two controllers see exactly the same traffic.
 Servers (jitter 0.3: each service time or step scaled by a seeded uniform 0.7-1.3; drift 0.1:
 the machine's speed redrawn within +-10% every second):
 - flat W x S: W requests served at once for S each, the rest wait (a CPU-bound or fixed-rate
-  server); its knee is W;
+  server); its knee is W; "turnaround": the client refills a freed slot that much later (a
+  loaded client against a fast server holds fewer in flight than its limit);
 - batch: tests/fleet_sim.py's continuous batching (the controller tests' small engine, and
   performance/fleet.py's 64- and 256-sequence servers).
 
@@ -33,7 +34,9 @@ from fleet_sim import EngineParams  # noqa: E402 (after the sys.path setup above
 from limit_sim import BatchServer, FlatServer, drive  # noqa: E402 (after the sys.path setup above)
 
 SEEDS = range(1, 11)
-FLAT = [(4, 0.02, 0.0), (4, 0.02, 0.1), (8, 0.05, 0.0), (8, 0.05, 0.1), (16, 0.01, 0.0), (16, 0.01, 0.1)]
+# (workers, service s, drift, the client's turnaround s between an answer and the next request)
+FLAT = [(4, 0.02, 0.0, 0.0), (4, 0.02, 0.1, 0.0), (8, 0.05, 0.0, 0.0), (8, 0.05, 0.1, 0.0), (16, 0.01, 0.0, 0.0),
+        (16, 0.01, 0.1, 0.0), (2, 0.004, 0.1, 0.002), (1, 0.002, 0.1, 0.001)]
 BATCH = [("small (32 seqs)", EngineParams(max_num_seqs=32, base_ms=5.0, per_seq_ms=0.5, output_tokens=8), 4, 40.0),
          ("fleet 64", EngineParams(max_num_seqs=64), 32, 120.0),
          ("fleet 256", EngineParams(max_num_seqs=256), 32, 120.0)]
@@ -58,18 +61,19 @@ def limiter(mod: ModuleType, initial: int) -> object:
 
 def scenarios(mod: ModuleType) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
-    for workers, service, drift in FLAT:
+    for workers, service, drift, turnaround in FLAT:
         met = 0
         for seed in SEEDS:
             srv = FlatServer(workers, service, jitter=0.3, seed=seed, drift=drift)
             lim = limiter(mod, 32)
-            run = drive(lim, srv, 40.0)
+            run = drive(lim, srv, 40.0, turnaround_s=turnaround)
             rate, median = run.window(15.0, 40.0)
             met += rate >= 0.9 * srv.capacity_rps and median <= 1.5 * srv.unloaded_s
             if seed == SEEDS[0]:
                 whole_rate, whole_median = run.window(0.0, 40.0)
                 row: dict[str, object] = {
-                    "server": f"flat {workers} x {service * 1000:.0f} ms, drift {drift}", "limit": lim.limit,
+                    "server": f"flat {workers} x {service * 1000:.0f} ms, drift {drift}"
+                              + (f", turnaround {turnaround * 1000:.0f} ms" if turnaround else ""), "limit": lim.limit,
                     "throughput": rate / srv.capacity_rps, "median_over_unloaded": median / srv.unloaded_s,
                     "whole_throughput": whole_rate / srv.capacity_rps,
                     "whole_median_over_unloaded": whole_median / srv.unloaded_s}
@@ -97,7 +101,7 @@ def main() -> None:
     print("per side: final limit; late part: throughput, median/unloaded; whole run: the same; "
           "flat: seeds meeting >= 0.9 and <= 1.5x in the late part")
     for m, b in zip(mine, base, strict=True):
-        print(f"{m['server']:32}", *(f"| {r['limit']:>3} {r['throughput']:4.2f} {r['median_over_unloaded']:5.2f}x "
+        print(f"{m['server']:46}", *(f"| {r['limit']:>3} {r['throughput']:4.2f} {r['median_over_unloaded']:5.2f}x "
                                      f"{r['whole_throughput']:4.2f} {r['whole_median_over_unloaded']:5.2f}x "
                                      f"{r['seeds_met']:>5}" for r in (b, m)))
     write_result(REPO / "performance" / "out" / "limits_sim.json", this_tree=mine, baseline=base)

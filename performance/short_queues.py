@@ -32,6 +32,7 @@ Results: performance/out/short_queues.json.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sqlite3
 import statistics
@@ -66,6 +67,7 @@ class Run:
     peak_threads: int
     peak_rss_mb: float
     wall_s: float
+    limits: str  # the adaptive limit's changes, "limit@seconds", from the store's run_limits
 
 
 def run_plugin(tmp: Path, data: Path, url: str, side: str, tree: Path | None,
@@ -106,12 +108,16 @@ def measure(scenario: str, side: str, tmp: Path, data: Path, url: str, tree: Pat
     store, threads, rss, wall = run_plugin(tmp, data, url, side, tree, extra)
     with sqlite3.connect(store) as conn:
         rows = conn.execute("SELECT created - latency_s, created, latency_s FROM answers WHERE status='ok'").fetchall()
+        traces = conn.execute("SELECT points FROM run_limits").fetchall()
     first, last = min(r[0] for r in rows), max(r[1] for r in rows)
     lat = sorted(r[2] for r in rows)
     run = Run(scenario, side, len(rows), len(rows) / (last - first), 1000 * statistics.median(lat),
-              1000 * lat[int(0.95 * (len(lat) - 1))], threads, rss, wall)
+              1000 * lat[int(0.95 * (len(lat) - 1))], threads, rss, wall,
+              " ".join(f"{n}@{t:g}" for trace in traces for t, n in json.loads(trace[0])))
     print(f"  {scenario:10} {side:28} {run.throughput_rps:7.1f}/s  median {run.median_ms:7.1f} ms  "
           f"p95 {run.p95_ms:7.1f} ms  threads {threads:4d}  RSS {rss:5.0f} MB  ({wall:.0f} s)", flush=True)
+    if "adaptive" in side:
+        print(f"    limits: {run.limits[:400]}", flush=True)
     return run
 
 

@@ -125,10 +125,16 @@ class SimRun:
 
 
 def drive(limiter: Limiter, server: FlatServer | BatchServer, seconds: float, tick_s: float = 0.25,
-          start: float = 0.0) -> SimRun:
-    """Keep `limiter.limit` requests in flight on `server` for `seconds` of simulated time."""
+          start: float = 0.0, turnaround_s: float = 0.0) -> SimRun:
+    """Keep `limiter.limit` requests in flight on `server` for `seconds` of simulated time.
+
+    `turnaround_s`: the client's own work between an answer and the request that takes its
+    place (a loaded client preparing the next image): a freed slot is refilled that much later,
+    so a client whose turnaround is not small against the latency keeps fewer in flight than
+    the limit allows."""
     run = SimRun()
     events: list[tuple[float, int, int]] = []  # (time, order, request) for FlatServer completions
+    refills: list[float] = []  # when each freed slot can be refilled (a heap)
     sent: dict[int, float] = {}
     ids = itertools.count()
     order = itertools.count()
@@ -137,7 +143,9 @@ def drive(limiter: Limiter, server: FlatServer | BatchServer, seconds: float, ti
     end = start + seconds
 
     def fill() -> None:
-        while len(sent) < limiter.limit:
+        while refills and refills[0] <= now:
+            heapq.heappop(refills)
+        while len(sent) + len(refills) < limiter.limit:
             rid = next(ids)
             sent[rid] = now
             limiter.in_flight_changed(now, len(sent))
@@ -149,6 +157,8 @@ def drive(limiter: Limiter, server: FlatServer | BatchServer, seconds: float, ti
 
     def complete(rid: int) -> None:
         latency = now - sent.pop(rid)
+        if turnaround_s > 0:
+            heapq.heappush(refills, now + turnaround_s)
         run.done.append((now, latency))
         limiter.completed(now, latency)
         limiter.in_flight_changed(now, len(sent))
@@ -156,7 +166,9 @@ def drive(limiter: Limiter, server: FlatServer | BatchServer, seconds: float, ti
     fill()
     while now < end:
         t_server = events[0][0] if events else server.next_event() if isinstance(server, BatchServer) else None
-        if t_server is not None and t_server < next_tick:
+        if refills and refills[0] < min(next_tick, t_server if t_server is not None else next_tick):
+            now = refills[0]  # a slot is free again: fill() sends into it
+        elif t_server is not None and t_server < next_tick:
             now = t_server
             if isinstance(server, FlatServer):
                 complete(heapq.heappop(events)[2])

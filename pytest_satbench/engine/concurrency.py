@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pytest_satbench.engine.limits import Limiter
 
-__all__ = ["DEFAULT_CEILING", "INITIAL_LIMIT", "INITIAL_WITHOUT_METRICS", "LEGACY_TOTAL", "ConcurrencySpec"]
+__all__ = ["DEFAULT_CEILING", "INITIAL_LIMIT", "LEGACY_TOTAL", "ConcurrencySpec"]
 
 # The most requests one server gets when no cap is given: twice vLLM's default max_num_seqs
 # (256), so a server with the default batch is found with room to spare. A server with a
@@ -23,12 +23,6 @@ LEGACY_TOTAL = 64
 # Where adaptive limits start: a quarter of vLLM's default batch, enough to see how the
 # server responds without flooding a small one.
 INITIAL_LIMIT = 32
-# Where they go at the first look that finds no /metrics: without them a server whose capacity
-# does not grow with concurrency is found from above, and 32 in flight queue there for the
-# seconds the search takes. Simulated (performance/limits_sim.py): flat servers of 4-16 workers
-# are held at their knee from the first seconds, continuous-batching ones reach a full batch a
-# doubling later (docs/performance.md, "Short queues without metrics").
-INITIAL_WITHOUT_METRICS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +69,7 @@ class ConcurrencySpec:
 
         if not self.adaptive:
             return FixedLimit(self.server_cap, now)
-        return AdaptiveLimit(now, cap=self.server_cap, initial=self.initial,
-                             initial_without_metrics=INITIAL_WITHOUT_METRICS)
+        return AdaptiveLimit(now, cap=self.server_cap, initial=self.initial)
 
     def split(self, parts: int) -> ConcurrencySpec:
         """Each of `parts` processes' share (xdist workers: caps are for the whole run)."""

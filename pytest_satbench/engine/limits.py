@@ -28,10 +28,6 @@ does not. The limit must end near the knee (the fewest in flight that reach the 
 rate), not at any count that is merely not slower: a queue held at the server hides its
 failures, inflates latency and costs client threads and memory.
 
-- It starts lower: at the first look that finds no /metrics the limit goes to
-  `initial_without_metrics` (16 by default, engine/concurrency.py) before any verdict, so a
-  server with a low knee is not flooded while it is searched from above, and a batching one
-  is a doubling further from its batch.
 - Every judgement is of a settled window: it starts one latency after the change (requests
   sent right after a raise queue behind the old limit's, and a window that mixes them
   overrates the raise; that is how slow start used to overshoot past the knee), and after a
@@ -61,16 +57,23 @@ failures, inflates latency and costs client threads and memory.
   slow second would otherwise end the search (simulated: a 4-worker server whose speed is
   redrawn within +-10% every second was held at 19 in flight, 4.7x its unloaded latency).
   If it costs against that too it bounds the search from below for `BASE_MEMORY_S`, and the
-  next cut is to the geometric middle of the bounds, until they are within 25%. The knee of a fixed-rate server is so found in a
+  next cut is to the geometric middle of the bounds, until they are within 25%.
+- A limit counts as filled when requests were in flight at it most of the time, or when the
+  mean in flight was at least `USED_SHARE` of it (a client with some turnaround between an
+  answer and the next request is at its limit only in moments). A limit the client does not
+  fill while requests may be queueing is cut to what is used, on trial as a cut of the search
+  (else no verdict ever comes: against a CPU-bound server on the client's own cores, 13 of 16
+  in flight held the limit at 16 for a whole run, at 20x the unloaded latency). The knee of a fixed-rate server is so found in a
   handful of windows instead of the 0.8x steps (and their noisy verdicts) of steady state.
 - Otherwise steady state probes as before: now and then 0.8x or 1.25x + 1, a change kept
   when the elasticity says so, and while latency is inflated a raise must show twice the
   elasticity. Probes back off (5 s doubling to `max_probe_interval_s`) when they fail.
 
-Measured on a simulated clock (tests/limit_sim.py, tests/engine/test_limits_flat.py): a
-4-worker fixed-rate server from the default start of 32 in flight ends at 4 (13 before), at
-its full rate and unloaded latency; the continuous-batching servers of performance/fleet.py
-are still filled (docs/performance.md, "Short queues without metrics").
+Measured on a simulated clock (tests/limit_sim.py, tests/engine/test_limits_flat.py,
+performance/limits_sim.py): flat servers of 4-16 workers, with and without a machine speed
+that drifts, are held at their knee at their full rate and unloaded latency from the default
+start (60 of 60 seeded runs; 34 of 60 before); the continuous-batching servers of
+performance/fleet.py are still filled (docs/performance.md, "Short queues without metrics").
 
 Everything is driven by the pool: `in_flight_changed` and `completed` on the request path
 (cheap, under the pool's lock), `tick` from one control thread a few times a second. Limits
@@ -95,6 +98,9 @@ ELASTIC = 0.2
 INFLATED = 1.5
 # While latency is inflated, a cut is kept unless it loses more than this share of the rate.
 KNEE_LOSS = 0.07
+# A window whose mean in flight is below this share of the limit, unsaturated, while requests
+# may queue at the server, moves the limit to what was used (see _by_rate).
+USED_SHARE = 0.8
 # How long a window's latency counts as the server's least (its unloaded latency).
 BASE_MEMORY_S = 60.0
 # How long a batch size counts as what the server "recently ran" (see _by_metrics).
@@ -206,7 +212,7 @@ class _Window:
         self.changed = self.started
 
     def update(self, now: float, in_flight: int, at_limit: bool) -> None:
-        if in_flight > int(self.limit) and not self.fresh and now > self.started:
+        if max(in_flight, self.in_flight) > int(self.limit) and not self.fresh and now > self.started:
             # a cut's requests sent under the higher limit are still in flight: the window
             # opens once they have gone, or its load would be the old limit's
             self.started = self.changed = now
@@ -257,7 +263,7 @@ class AdaptiveLimit:
     """
 
     def __init__(self, now: float, *, cap: int, initial: int,
-                 initial_without_metrics: int | None = None, floor: int = 1, min_window_s: float = 0.4, min_completions: int = 20, scrape_hold_s: float = 0.5,
+                 floor: int = 1, min_window_s: float = 0.4, min_completions: int = 20, scrape_hold_s: float = 0.5,
                  target_waiting: float = 0.04, max_probe_interval_s: float = 60.0) -> None:
         if cap < 1 or floor < 1:
             raise ValueError("concurrency limits must be >= 1")
@@ -271,8 +277,6 @@ class AdaptiveLimit:
         self._max_probe_interval_s = max_probe_interval_s
         self._history = _History(now)
         self._history.add(now, self.limit, "start")
-        # lowered at the first tick that finds no metrics, before any verdict
-        self._initial_without_metrics = initial_without_metrics
         self._in_flight = 0
         self._window = _Window(self._limit, now)
         self._latencies: deque[float] = deque(maxlen=64)  # recent, for the window's length
@@ -337,11 +341,6 @@ class AdaptiveLimit:
             self.metrics_seen = True
             self._by_metrics(now, metrics)
         else:
-            if self._initial_without_metrics is not None:
-                start, self._initial_without_metrics = self._initial_without_metrics, None
-                if not self.metrics_seen and start < self._limit and len(self._history.points) == 1:
-                    self._set(now, start, "start")
-                    return
             self._by_rate(now)
 
     # ------------------------------------------------------------------ with metrics
@@ -402,17 +401,21 @@ class AdaptiveLimit:
         enough = max(self._min_completions, int(0.5 * self.limit))
         if span < self._min_window_s or w.fresh < (enough if span < patience else 3):
             return
-        saturated = w.saturation(now) >= 0.6
+        used = w.mean_in_flight(now)
+        # the limit binds: in flight at it most of the time, or nearly as many on average (a
+        # client with turnaround between an answer and the next request is at the limit only
+        # in moments, yet holds more with a higher one)
+        saturated = w.saturation(now) >= 0.6 or used >= USED_SHARE * self._limit
         rate = w.rate(now)
         if w.settled or w.started > self._changed_at:  # (the first window ramps up from 0)
             self._inflated = self._note(now, w.latency_sum / w.fresh, rate)
         if self._recheck is not None:
-            self._judge_recheck(now, rate, saturated)
+            self._judge_recheck(now, rate)
             return
         if self._trial is not None:
             before, before_rate, searching = self._trial
             self._trial = None
-            if not saturated:
+            if not saturated and not searching:
                 # the client did not fill the new limit: nothing was learnt, and a limit
                 # nobody uses only hides how much work is queued
                 self._set(now, before, "revert")
@@ -472,6 +475,19 @@ class AdaptiveLimit:
         self._last_rate = rate
         settled = w.settled
         self._new_window(now)
+        if not saturated and self._queued():
+            # The client keeps fewer in flight than the limit (its own work is the bottleneck),
+            # and they may queue at the server: no verdict of this limit would ever come, so the
+            # search goes on from what is used, a cut like the others, checked by throughput
+            # (a cut to what is used clips its peaks and so lowers it further). Measured
+            # against a CPU-bound server on the client's own 2 cores: 13 of 16 in flight held
+            # the limit at 16 for a whole run, at 20x the unloaded latency
+            # (performance/short_queues.py).
+            target = max(float(self.floor), math.ceil(used))
+            if int(target) < self.limit:
+                self._trial = (self._limit, rate, True)
+                self._set(now, target, "trim")
+                return
         if saturated and not self._slow_start and self._queued() and self._search_target(now) is not None:
             # requests queue at the server: look for fewer at once
             self._probe_up = False
@@ -484,7 +500,7 @@ class AdaptiveLimit:
                 return
             self._probe(now, rate, up=self._slow_start or self._probe_up)
 
-    def _judge_recheck(self, now: float, rate: float, saturated: bool) -> None:
+    def _judge_recheck(self, now: float, rate: float) -> None:
         """A cut of the search found costly once, judged against the limit it was cut from as
         measured again just after it (`rate`, now): kept if it lost at most KNEE_LOSS of that;
         else it bounds the search from below."""
@@ -493,8 +509,6 @@ class AdaptiveLimit:
         self._recheck = None
         self._judged_twice = False
         self._new_window(now)
-        if not saturated:
-            return  # the client did not fill the limit: nothing was learnt
         if cut_rate >= (1 - KNEE_LOSS) * rate:
             self._last_rate = cut_rate
             self._knee_below = None

@@ -20,7 +20,7 @@ from pytest_satbench.engine.limits import AdaptiveLimit
     (4, 0.02, 0.0), (4, 0.02, 0.1), (8, 0.05, 0.1), (8, 0.1, 0.1), (16, 0.01, 0.0)])
 def test_a_flat_server_is_held_near_its_knee(workers: int, service_s: float, drift: float) -> None:
     srv = FlatServer(workers, service_s, jitter=0.3, seed=1, drift=drift)
-    lim = ConcurrencySpec().limiter(0.0)  # the defaults: 32, then 16 once no /metrics are found
+    lim = ConcurrencySpec().limiter(0.0)  # the defaults: 32 in flight, 8x past a 4-worker knee
     run = drive(lim, srv, 40.0)
     rate, median = run.window(15.0, 40.0)
     assert rate >= 0.9 * srv.capacity_rps, (rate, lim.history)
@@ -63,14 +63,29 @@ def test_a_bound_on_the_search_is_forgotten_after_a_minute() -> None:
     assert lim._search_target(71.0) == 8.0  # forgotten: half the limit again
 
 
-def test_a_cut_waits_for_the_higher_limit_s_requests_to_go() -> None:
-    # Starting at 32 and going to 8 at the first look without metrics: the 32 requests sent
-    # at once are still in the batch; a window that counted them as 8's load would rate 8 at
-    # 32's throughput, and the doublings after it would look like they do not pay.
-    srv = BatchServer(EngineParams(max_num_seqs=64), jitter=0.3, seed=2)
-    lim = AdaptiveLimit(0.0, cap=512, initial=32, initial_without_metrics=8)
-    rate, _ = drive(lim, srv, 120.0).window(30.0, 120.0)
-    assert rate >= 0.9 * srv.capacity_rps, [(p.t, p.limit, p.why) for p in lim.history]
+def test_a_cut_s_window_opens_once_the_higher_limit_s_requests_have_gone() -> None:
+    # Cut from 32 to 8 with 32 in flight: until 24 of them have completed, the load is the old
+    # limit's. A window that counted it would rate 8 at 32's throughput (on a batching server
+    # the raises after it then look like they do not pay: simulated, a 64-sequence server was
+    # left at 32 in flight, a quarter of its capacity).
+    lim = AdaptiveLimit(0.0, cap=512, initial=8)
+    for t, n in ((0.0, 32), (1.0, 20), (2.0, 8), (3.0, 8)):
+        lim.in_flight_changed(t, n)
+    w = lim._window
+    assert w.started == 2.0  # the first time no more than 8 were in flight
+    assert w.mean_in_flight(3.0) == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_client_that_never_quite_fills_its_limit_still_finds_the_knee(seed: int) -> None:
+    # A 2-worker server answering in 4 ms, and a client that takes 2 ms to put a request in
+    # a freed slot: in flight at the limit only in moments (15 or 16 of 16), so the limit
+    # never counted as filled and held at 16, 7x the unloaded latency, for the whole run.
+    srv = FlatServer(2, 0.004, jitter=0.3, seed=seed, drift=0.1)
+    lim = ConcurrencySpec().limiter(0.0)
+    rate, median = drive(lim, srv, 40.0, turnaround_s=0.002).window(15.0, 40.0)
+    assert median <= 1.5 * srv.unloaded_s, [(p.t, p.limit, p.why) for p in lim.history]
+    assert rate >= 0.85 * srv.capacity_rps  # the client's turnaround costs a little at the knee
 
 
 def test_the_simulated_servers_keep_their_arithmetic() -> None:
