@@ -72,7 +72,7 @@ failures, inflates latency and costs client threads and memory.
 Measured on a simulated clock (tests/limit_sim.py, tests/engine/test_limits_flat.py,
 performance/limits_sim.py): flat servers of 4-16 workers, with and without a machine speed
 that drifts, are held at their knee at their full rate and unloaded latency from the default
-start (60 of 60 seeded runs; 34 of 60 before); the continuous-batching servers of
+start (59 of 60 seeded runs; 32 of 60 before the search from above); the continuous-batching servers of
 performance/fleet.py are still filled (docs/performance.md, "Short queues without metrics").
 
 Everything is driven by the pool: `in_flight_changed` and `completed` on the request path
