@@ -184,8 +184,19 @@ class BenchmarkResult:
     @property
     def subset(self) -> bool:
         """The reporting run selected fewer questions than its tag holds (-k, --lf, --limit,
-        --deselect): the figures cover the tag's other questions too, from its earlier runs."""
-        return len(self.runs) > 1 and (self.run_selected or self.run_questions) < self.questions
+        --deselect): the figures cover the tag's other questions too, from its earlier runs. Not
+        when the runs are parts of one `--shard` split (`shards`: a job array's stores merged) and
+        the reporting run selected its whole part, or every part is here: the other questions are
+        the other parts', which the shard line names (`text_summary.shard_line`)."""
+        selected = self.run_selected or self.run_questions
+        if len(self.runs) <= 1 or selected >= self.questions:
+            return False
+        if self.shards:
+            if not self.shards.get("missing"):
+                return False
+            counts = ((self.protocol.get("shard") or {}).get("benchmarks") or {}).get(self.benchmark) or {}
+            return selected < int(counts.get("shard_questions", self.questions))
+        return True
 
     def declared_figures(self) -> tuple[Aggregate, ...]:
         """The benchmark's figures with their labels, headline first (`Labels.figures`),

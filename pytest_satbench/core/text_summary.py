@@ -116,11 +116,11 @@ def shard_line(result: BenchmarkResult) -> str | None:
     merged = result.shards
     if merged:  # the report covers several parts of the split (a job array's stores merged)
         parts, count, total = merged["parts"], merged["count"], merged["questions"]
-        listed = ", ".join(str(i) for i in parts)
+        head = f"merged from {len(parts)} shard runs (shards {', '.join(str(i) for i in parts)} of {count}): "
         if not merged["missing"]:
-            return f"shards {listed} of {count}: all {total:,} questions"
+            return head + f"all {total:,} of {total:,} questions"
         absent = [str(i) for i in range(1, count + 1) if i not in parts]
-        return (f"shards {listed} of {count}: {total - merged['missing']:,} of {total:,} questions; not here: "
+        return (head + f"{total - merged['missing']:,} of {total:,} questions; not here: "
                 f"shard{'s' if len(absent) != 1 else ''} {', '.join(absent)} ({merged['missing']:,} questions)")
     shard = result.protocol.get("shard") or {}
     counts = (shard.get("benchmarks") or {}).get(result.benchmark)

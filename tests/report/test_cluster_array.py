@@ -214,7 +214,9 @@ def test_a_job_array_played_locally_reports_as_one_run(tmp_path: Path) -> None:
     assert summary["questions"] == 24 and summary["not_run"] == 0
     assert summary["coverage"]["shards"] == {"count": N, "parts": [1, 2, 3], "questions": 24, "missing": 0}
     # the report says it covers every part (not the part of its newest run)
-    assert "Shards 1, 2, 3 of 3: all 24 questions" in (whole / "report.md").read_text()
+    report_md = (whole / "report.md").read_text()
+    assert "Merged from 3 shard runs (shards 1, 2, 3 of 3): all 24 of 24 questions" in report_md
+    assert "subset" not in report_md.lower() and summary["coverage"]["subset"] is False
     # the merge is all or nothing and adds nothing the second time
     again = subprocess.run(["bash", str(MERGE)], env=_env(project), cwd=project, capture_output=True, text=True,
                            timeout=BOUND_S)
@@ -260,8 +262,83 @@ def test_a_merged_report_names_its_shards_and_the_missing_ones() -> None:
     # one part alone says which part it is; the part run again is one part
     assert line(_run("b", 2, 3, 8)) == "shard 2/3: 8 of 24 questions"
     assert line(_run("c", 2, 3, 8), _run("b", 2, 3, 8)) == "shard 2/3: 8 of 24 questions"
-    assert line(_run("c", 3, 3, 8), _run("b", 2, 3, 8), _run("a", 1, 3, 8)) == "shards 1, 2, 3 of 3: all 24 questions"
+    assert line(_run("c", 3, 3, 8), _run("b", 2, 3, 8), _run("a", 1, 3, 8)) == (
+        "merged from 3 shard runs (shards 1, 2, 3 of 3): all 24 of 24 questions")
     assert line(_run("c", 3, 3, 7), _run("a", 1, 3, 9)) == (
-        "shards 1, 3 of 3: 16 of 24 questions; not here: shard 2 (8 questions)")
+        "merged from 2 shard runs (shards 1, 3 of 3): 16 of 24 questions; not here: shard 2 (8 questions)")
     assert line(_run("d", 4, 4, 6), _run("a", 1, 4, 6)) == (
-        "shards 1, 4 of 4: 12 of 24 questions; not here: shards 2, 3 (12 questions)")
+        "merged from 2 shard runs (shards 1, 4 of 4): 12 of 24 questions; not here: shards 2, 3 (12 questions)")
+
+
+# --- the report of merged shard stores (fast: stores written directly, merged and reported in-process)
+
+_BASE = {"model": "m", "prompt_style": "geocot", "sampling": {"temperature": 0.0, "max_tokens": 64},
+         "arms": ["orig"], "datasets": {"demo": {"q.json": "aaa"}}, "limit": None, "command": ["pytest"],
+         "servers": ["http://a"]}
+_SPLIT = {1: range(0, 4), 2: range(4, 8), 3: range(8, 12)}  # shard -> question keys, 12 questions in all
+
+
+def _shard_store(path: Path, index: int, started: float, keys: range | None = None) -> Path:
+    """A finished `--shard I/3` run's store: it recorded and answered its part's questions (or,
+    as with -k, only `keys` of them), with the "shard" record its protocol.json keeps."""
+    from pytest_satbench.engine.store import AnswerRow, ResultStore
+
+    keys = _SPLIT[index] if keys is None else keys
+    counts = {"questions": 12, "images": 6, "shard_questions": len(_SPLIT[index]), "shard_images": 2,
+              "planned": len(keys)}
+    store = ResultStore(path)
+    try:
+        run_id = f"shard{index}-{started}"
+        store.start_run(run_id, TAG, {**_BASE, "planned": {"demo": len(keys)}, "shard": {
+            "index": index, "count": 3, "scheme": "s", "benchmarks": {"demo": counts}}})
+        store._write("UPDATE runs SET started=? WHERE run_id=?", (started, run_id), wait=True)
+        for k in keys:
+            nodeid = f"b/test_demo.py::test_demo[{k}]"
+            store.record_item(run_id, nodeid, "demo", {"key": str(k), "text": "Is there a road?", "answer": "yes",
+                                                       "types": ["presence"], "kind": "vqa", "choices": None,
+                                                       "extra": [], "image_id": f"img{k // 2}", "image_path": None,
+                                                       "prompt": "?"}, {"orig": f"o-{k}"})
+            store.put(AnswerRow(nodeid=nodeid, arm="orig", fingerprint=f"o-{k}", status="ok", benchmark="demo",
+                                question_key=str(k), image_id=f"img{k // 2}", text="yes" if k % 3 else "no",
+                                error=None, run_id=run_id))
+        store.finish_run(run_id)
+    finally:
+        store.close()
+    return path
+
+
+def _merged_report(tmp_path: Path, parts: tuple[int, ...]) -> tuple[str, dict[str, object]]:
+    from pytest_satbench.report.__main__ import main as report_main
+
+    stores = [str(_shard_store(tmp_path / f"shard-{i}-of-3.sqlite", i, float(i))) for i in parts]
+    merged = tmp_path / "merged.sqlite"
+    assert report_main(["--merge", *stores, "--into", str(merged)]) == 0
+    assert report_main(["--store", str(merged), "--tag", TAG, "--out", str(tmp_path / "out")]) == 0
+    folder = tmp_path / "out" / "demo" / TAG
+    return (folder / "report.md").read_text(), json.loads((folder / "summary.json").read_text())
+
+
+def test_a_store_merged_from_every_shard_reports_as_the_whole_benchmark(tmp_path: Path) -> None:
+    """Every part of the split is in the store: the report is not a subset run's, it says the
+    shard runs it was merged from and that every question is in it."""
+    text, summary = _merged_report(tmp_path, (1, 2, 3))
+    assert "subset" not in text.lower(), text
+    assert "Merged from 3 shard runs (shards 1, 2, 3 of 3): all 12 of 12 questions" in text, text
+    assert summary["questions"] == 12 and summary["coverage"]["subset"] is False
+    assert summary["coverage"]["shards"] == {"count": 3, "parts": [1, 2, 3], "questions": 12, "missing": 0}
+
+
+def test_a_store_merged_from_some_shards_names_them_and_what_is_missing(tmp_path: Path) -> None:
+    text, summary = _merged_report(tmp_path, (1, 3))
+    assert "subset" not in text.lower(), text
+    assert ("Merged from 2 shard runs (shards 1, 3 of 3): 8 of 12 questions; not here: shard 2 (4 questions)"
+            in text), text
+    assert summary["questions"] == 8 and summary["coverage"]["subset"] is False
+    # a part run again with -k (2 of its 4 questions) into the merged store is a subset run
+    from pytest_satbench.report.__main__ import main as report_main
+
+    _shard_store(tmp_path / "merged.sqlite", 3, 4.0, keys=range(8, 10))
+    assert report_main(["--store", str(tmp_path / "merged.sqlite"), "--tag", TAG, "--out", str(tmp_path / "k")]) == 0
+    text = (tmp_path / "k" / "demo" / TAG / "report.md").read_text()
+    assert "Merged from 2 shard runs (shards 1, 3 of 3): 8 of 12 questions" in text, text
+    assert "Subset run: this run selected 2 of the 8 questions of tag array" in text, text
