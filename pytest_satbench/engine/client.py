@@ -33,7 +33,8 @@ thread when the file changes (it stats the file about once a second). A new serv
 start-up check (GET /v1/models, and it must list the model the run asks for) on a thread of
 its own, retried with a growing pause while it fails, and joins with a fresh limit; a removed
 server gets no new request, its requests in flight finish and their answers count, and its
-counters stay in `usage()` (the reports' traffic table). A removal that would leave no server
+counters stay in `usage()` (the reports' traffic table) and `totals()` (the progress line's
+retries): a run's counts never drop when a server leaves. A removal that would leave no server
 serving waits until a listed one has joined. `on_notice(line)` gets one line per change.
 
 The file is over 500 lines because ServerPool is one state machine under one lock: slot
@@ -158,16 +159,15 @@ class ServerState:
 
 @dataclass(frozen=True, slots=True)
 class ServerLoad:
-    """One server's load now (ServerPool.loads): cheap enough to read every second."""
+    """One server's load now (ServerPool.loads): cheap enough to read every second. Load
+    only: the counters, which must outlive a server that leaves the fleet, are `usage()`'s
+    and `totals()`'s."""
 
     server: str
     up: bool
     in_flight: int
     limit: int
-    requests: int
-    answered: int
-    failures: int
-    retries: int
+    leaving: bool = False  # removed from the fleet: only its requests in flight finish there
 
 
 def _normalise_url(url: str) -> str:
@@ -675,11 +675,10 @@ class ServerPool:
         return found
 
     def loads(self) -> list[ServerLoad]:
-        """Each server's in flight, limit and counters now, in --servers order (a server that
-        left the fleet while its requests are still in flight too)."""
+        """Each server's in flight and limit now, in --servers order (a server that left the
+        fleet while its requests are still in flight too, marked `leaving`)."""
         with self._lock:
-            return [ServerLoad(s.name, not s.down, s.in_flight, s.limiter.limit,
-                               s.requests, s.answered, s.failures, s.retries)
+            return [ServerLoad(s.name, not s.down, s.in_flight, s.limiter.limit, leaving=not s.serving)
                     for s in self._servers if s.serving or s.in_flight]
 
     def limits(self) -> dict[str, int]:
@@ -723,7 +722,24 @@ class ServerPool:
             }
 
     # ------------------------------------------------------------------ accounting
+    def _counted(self) -> list[_Server]:
+        """The servers whose counters are the run's (under _lock): every one that served or
+        joined, those that left the fleet too. The one rule behind `usage()` and `totals()`:
+        a run's counts never drop when a server leaves."""
+        return [s for s in self._servers if s.joined or s.requests]
+
+    def totals(self) -> ServerTraffic:
+        """The counters summed over `_counted()` servers (the progress line's retries): they
+        only grow, whatever the fleet does. Cheap enough to read every second."""
+        total = ServerTraffic("", 0, 0, 0, 0)
+        with self._lock:
+            for s in self._counted():
+                total += ServerTraffic("", s.requests, s.answered, s.failures, s.retries,
+                                       s.usage_dropped, s.conns.resent)
+        return total
+
     def usage(self) -> dict[str, ServerCounters]:
+        """Per server, its counters and limits (the reports' traffic table): `_counted()`."""
         with self._lock:
             return {
                 s.name: ServerCounters(
@@ -732,7 +748,7 @@ class ServerPool:
                     limit=s.limiter.limit, limit_history=_history(s), max_in_flight=s.max_in_flight,
                     steered_by=_steered_by(s, self.concurrency),
                 )
-                for s in self._servers if s.joined or s.requests  # those that left the fleet too
+                for s in self._counted()
             }
 
     def close(self) -> None:

@@ -24,8 +24,13 @@ session calls its `wait_listeners` each second of the wait (then `tick` runs the
 
 Under xdist only the controller writes: it counts the outcomes on the reports it receives,
 and each worker attaches a small snapshot of its servers' load to at most one report a
-second (`satbench_progress`: its id, the number of question items, and per server up, in
-flight, limit and retries), which the controller sums per server.
+second (`satbench_progress`: its id, the number of question items, its retries so far and per
+server up, in flight, limit and whether it is leaving the fleet), which the controller sums
+per server.
+
+Counts never go down: the retries are the pool's `totals()`, which keep a server removed from
+`--servers @FILE` (shown `leaving` until its requests in flight finish), and the controller
+keeps a finished worker's retries.
 
 The numbers are made by pure functions of a `Progress` record (`format_progress`), so they
 are tested directly; the rate is over the last minute (`RateWindow`), the ETA from that rate.
@@ -65,6 +70,7 @@ class ServerShare:
     up: bool
     in_flight: int
     limit: int
+    leaving: bool = False  # removed from the fleet, its requests in flight finishing
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ class Progress:
     elapsed_s: float
     rate: float | None  # items done per second over the last minute; None: not known yet
     errors: int = 0  # question items that failed (no answer after retries)
-    retries: int = 0  # requests retried, all servers
+    retries: int = 0  # requests retried, all servers the run has had (those that left too)
     servers: tuple[ServerShare, ...] = ()  # empty: not known (no snapshot yet)
     # --precision / --margin: the benchmark being asked, its first reconstruction arm's running
     # delta with the sequence's half-width and the images until the rule is met
@@ -124,18 +130,21 @@ def format_rate(rate: float | None) -> str:
 
 
 def format_servers(servers: Sequence[ServerShare], *, compact: bool = False) -> str:
-    """Per server `name in_flight/limit` or `name DOWN`; summed past MAX_LISTED_SERVERS
-    servers (or when `compact`), the down ones still named."""
+    """Per server `name in_flight/limit`, `name DOWN` or `name N leaving` (removed, its last
+    requests finishing); summed past MAX_LISTED_SERVERS servers (or when `compact`), the
+    down ones still named, the leaving ones in the requests in flight only."""
     if not servers:
         return ""
     if len(servers) <= MAX_LISTED_SERVERS and not compact:
         return "in flight " + ", ".join(
-            f"{s.name} {s.in_flight:,}/{s.limit:,}" if s.up else f"{s.name} DOWN" for s in servers
+            f"{s.name} {s.in_flight:,} leaving" if s.leaving
+            else f"{s.name} {s.in_flight:,}/{s.limit:,}" if s.up else f"{s.name} DOWN" for s in servers
         )
     in_flight = sum(s.in_flight for s in servers)
-    limit = sum(s.limit for s in servers if s.up)
-    down = [s.name for s in servers if not s.up]
-    text = f"in flight {in_flight:,}/{limit:,}" + (f" on {len(servers)} servers" if len(servers) > 1 else "")
+    fleet = [s for s in servers if not s.leaving]
+    limit = sum(s.limit for s in fleet if s.up)
+    down = [s.name for s in fleet if not s.up]
+    text = f"in flight {in_flight:,}/{limit:,}" + (f" on {len(fleet)} servers" if len(fleet) > 1 else "")
     if down:
         shown = ", ".join(down[:MAX_LISTED_SERVERS]) + (", ..." if len(down) > MAX_LISTED_SERVERS else "")
         text += f", {len(down)} DOWN ({shown})"
@@ -173,7 +182,7 @@ def format_progress(p: Progress, sep: str = " · ", width: int | None = None) ->
     text = line(elapsed, servers)
     if width is None or len(text) <= width:
         return text
-    down = [s.name for s in p.servers if not s.up]
+    down = [s.name for s in p.servers if not s.up and not s.leaving]
     for shorter in (line("", servers), line("", format_servers(p.servers, compact=True)),
                     line("", ", ".join(down) + " DOWN" if down else ""),
                     line("", f"{len(down)} server{'s' if len(down) != 1 else ''} DOWN" if down else "")):
@@ -210,23 +219,23 @@ class RateWindow:
         return (d1 - d0) / (t1 - t0)
 
 
-# snapshot rows as they travel on a report: [server, up, in flight, limit, retries]
+# snapshot rows as they travel on a report: [server, up, in flight, limit, leaving]
 Row = Sequence[Any]
 
 
-def merge_rows(snapshots: Iterable[Sequence[Row]]) -> tuple[tuple[ServerShare, ...], int]:
-    """(per server summed over workers, retries in all). A server is DOWN when any worker
-    has it marked down; servers keep the order the first snapshot lists them in."""
+def merge_rows(snapshots: Iterable[Sequence[Row]]) -> tuple[ServerShare, ...]:
+    """Per server, summed over workers. A server is DOWN when any worker has it marked down,
+    leaving when every worker that lists it has it leaving; servers keep the order the first
+    snapshot lists them in. Load only: the counters travel as totals (`pool_retries`)."""
     merged: dict[str, list[Any]] = {}
-    retries = 0
     for rows in snapshots:
-        for name, up, in_flight, limit, n_retries in rows:
-            m = merged.setdefault(name, [True, 0, 0])
+        for name, up, in_flight, limit, leaving in rows:
+            m = merged.setdefault(name, [True, 0, 0, True])
             m[0] = m[0] and bool(up)
             m[1] += int(in_flight)
-            m[2] += int(limit)
-            retries += int(n_retries)
-    return tuple(ServerShare(server_name(n), up, f, lim) for n, (up, f, lim) in merged.items()), retries
+            m[2] += 0 if leaving else int(limit)  # a leaving server has no room on that worker
+            m[3] = m[3] and bool(leaving)
+    return tuple(ServerShare(server_name(n), up, f, lim, gone) for n, (up, f, lim, gone) in merged.items())
 
 
 def pool_rows(pool: Any) -> list[list[Any]]:
@@ -234,7 +243,14 @@ def pool_rows(pool: Any) -> list[list[Any]]:
     loads = getattr(pool, "loads", None)
     if loads is None:
         return []
-    return [[s.server, bool(s.up), int(s.in_flight), int(s.limit), int(s.retries)] for s in loads()]
+    return [[s.server, bool(s.up), int(s.in_flight), int(s.limit), bool(s.leaving)] for s in loads()]
+
+
+def pool_retries(pool: Any) -> int:
+    """The pool's retries so far over every server it has had, those that left the fleet
+    too (`ServerPool.totals()`): never less than a moment before."""
+    totals = getattr(pool, "totals", None)
+    return int(totals().retries) if totals is not None else 0
 
 
 # ---------------------------------------------------------------------- the plugin
@@ -302,8 +318,9 @@ class WorkerSnapshots:
     def snapshot(self) -> dict[str, Any]:
         runtime = _runtime(self.config)
         rows = pool_rows(runtime.pool) if runtime is not None else []
+        retries = pool_retries(runtime.pool) if runtime is not None else 0
         # plain lists and numbers: execnet serialises them with the report
-        return {"worker": self.worker, "total": self.total, "servers": rows}
+        return {"worker": self.worker, "total": self.total, "servers": rows, "retries": retries}
 
 
 class ProgressPlugin:
@@ -320,6 +337,8 @@ class ProgressPlugin:
         self._next_sample = 0.0
         self._next_write = 0.0
         self._snapshots: dict[str, dict[str, Any]] = {}  # xdist controller: worker id -> its last
+        self._retries: dict[str, int] = {}  # xdist controller: worker id -> its last, kept after it ends
+        self._total_seen = 0  # xdist controller: the workers' total, once every worker finished
         self._line: StatusLine | None = None  # on a terminal
         self._pause: PauseForOwnItems | None = None
         self._reporter: Any = None  # None: nothing is written
@@ -384,7 +403,9 @@ class ProgressPlugin:
                     self.answered += 1
             snapshot = getattr(report, REPORT_ATTR, None)
             if snapshot is not None:
-                self._snapshots[str(snapshot.get("worker", ""))] = snapshot
+                worker = str(snapshot.get("worker", ""))
+                self._snapshots[worker] = snapshot
+                self._retries[worker] = max(self._retries.get(worker, 0), int(snapshot.get("retries", 0)))
         self.tick()
 
     def tick(self) -> None:
@@ -420,12 +441,15 @@ class ProgressPlugin:
     def progress(self, now: float) -> Progress:
         assert self.started is not None
         total = self.total
-        if self._snapshots:  # xdist: the controller collected nothing; the workers know
-            total = max(int(s.get("total", 0)) for s in self._snapshots.values())
-            servers, retries = merge_rows(s.get("servers", ()) for s in self._snapshots.values())
+        if self._retries:  # xdist: the controller collected nothing; the workers know
+            total = max((int(s.get("total", 0)) for s in self._snapshots.values()), default=self._total_seen)
+            self._total_seen = total
+            servers = merge_rows(s.get("servers", ()) for s in self._snapshots.values())
+            retries = sum(self._retries.values())  # finished workers too
         else:
             runtime = _runtime(self.config)
-            servers, retries = merge_rows([pool_rows(runtime.pool)]) if runtime is not None else ((), 0)
+            servers = merge_rows([pool_rows(runtime.pool)]) if runtime is not None else ()
+            retries = pool_retries(runtime.pool) if runtime is not None else 0
         return Progress(answered=self.answered, total=total, elapsed_s=now - self.started,
                         rate=self.window.rate(), errors=self.errors, retries=retries, servers=servers,
                         sequential=self._sequential())
@@ -438,7 +462,8 @@ class ProgressPlugin:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        # a finished worker's last snapshot would keep its requests in flight on the line
+        # a finished worker's last snapshot would keep its requests in flight on the line;
+        # its retries stay in the total (`_retries`)
         self._snapshots.pop(str(getattr(getattr(node, "gateway", None), "id", "")), None)
 
     @pytest.hookimpl(tryfirst=True)

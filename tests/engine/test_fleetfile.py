@@ -132,6 +132,7 @@ def test_a_new_server_joins_and_a_removed_one_finishes_its_requests() -> None:
         assert pool.urls == [b.url]
         assert notices[-1] == (f"the server list: server {a.url} left the fleet: no new request goes to it; its 2 "
                                "request(s) in flight finish")
+        assert [(x.server, x.in_flight, x.leaving) for x in pool.loads() if x.server == a.url] == [(a.url, 2, True)]
         wait_for(lambda: sum(f.done() for f in futures) == 6, "b to answer the others")
         a.release()
         got = [f.result(timeout=20) for f in futures]
@@ -141,6 +142,8 @@ def test_a_new_server_joins_and_a_removed_one_finishes_its_requests() -> None:
         usage = pool.usage()
         assert set(usage) == {a.url, b.url}  # the one that left is still counted
         assert usage[a.url].answered == a.stats().completed
+        assert [x.server for x in pool.loads()] == [b.url]  # gone from the load, not from the counts
+        assert pool.totals().answered == sum(u.answered for u in usage.values()) == 1 + 20 + 8 + 5
 
 
 def test_a_server_of_another_model_never_joins_and_says_why_once() -> None:

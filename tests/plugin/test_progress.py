@@ -23,21 +23,28 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from datasets_fake import rsvqa_suite
-from servers import FakeVLM
+from servers import Fail, FakeVLM
 
+from pytest_satbench.engine.client import ServerPool
 from pytest_satbench.plugin.progress import (
     Progress,
+    ProgressPlugin,
     RateWindow,
     ServerShare,
     format_duration,
     format_progress,
     format_rate,
+    format_servers,
     merge_rows,
+    pool_retries,
+    pool_rows,
     server_name,
 )
 
@@ -138,11 +145,68 @@ def test_the_rate_is_over_the_last_minute() -> None:
 
 
 def test_worker_snapshots_are_summed_per_server() -> None:
-    gw0 = [["http://gpu1:8000", True, 10, 32, 1], ["http://gpu2:8000", True, 3, 32, 0]]
-    gw1 = [["http://gpu1:8000", True, 12, 32, 2], ["http://gpu2:8000", False, 0, 32, 5]]
-    servers, retries = merge_rows([gw0, gw1])
-    assert servers == (ServerShare("gpu1:8000", True, 22, 64), ServerShare("gpu2:8000", False, 3, 64))
-    assert retries == 8
+    gw0 = [["http://gpu1:8000", True, 10, 32, False], ["http://gpu2:8000", True, 3, 32, False]]
+    gw1 = [["http://gpu1:8000", True, 12, 32, False], ["http://gpu2:8000", False, 0, 32, False],
+           ["http://gpu3:8000", True, 2, 32, True]]
+    assert merge_rows([gw0, gw1]) == (ServerShare("gpu1:8000", True, 22, 64), ServerShare("gpu2:8000", False, 3, 64),
+                                      ServerShare("gpu3:8000", True, 2, 0, leaving=True))
+
+
+def test_a_server_leaving_the_fleet_is_marked_and_out_of_the_limit() -> None:
+    shares = (ServerShare("gpu1:8000", True, 3, 8, leaving=True), ServerShare("gpu2:8000", True, 5, 8))
+    p = Progress(answered=10, total=100, elapsed_s=5, rate=1.0, retries=2, servers=shares)
+    assert "in flight gpu1:8000 3 leaving, gpu2:8000 5/8 · 2 retries" in format_progress(p)
+    # summed: its requests still in flight, but no limit and not a server of the fleet
+    assert format_servers(shares, compact=True) == "in flight 8/8"
+    assert format_servers((*shares, ServerShare("gpu3:8000", False, 0, 8)), compact=True) == \
+        "in flight 8/8 on 2 servers, 1 DOWN (gpu3:8000)"
+
+
+def test_the_retries_of_a_server_that_left_the_fleet_stay_in_the_line() -> None:
+    """The reported defect: the line's retries were summed over the servers in the fleet, so a
+    server removed from --servers @FILE took its retries with it. Here a's first request
+    fails (503, counted by request, no timing) and is retried on a: one retry; then a leaves
+    and b serves. The line's retries stay 1, and a's counters stay in the pool's totals and
+    in its usage (what the reports' traffic table is made from)."""
+    with FakeVLM(models=["m"], fail_at={1: Fail.http(503)}) as a, FakeVLM(models=["m"]) as b, \
+            ServerPool([a.url], retries=2, backoff_base=0.01, backoff_max=0.05) as pool:
+        pool.resolve_model(None)
+        assert pool.ask(model="m", prompt="q", image_jpeg=None, max_tokens=2).server == a.url
+        assert a.chat_requests == 2 and pool_retries(pool) == 1
+        assert [s.name for s in merge_rows([pool_rows(pool)])] == [server_name(a.url)]
+        joined = threading.Event()
+        pool.on_notice = lambda line: joined.set() if "joined" in line else None
+        pool.set_servers([b.url])
+        assert joined.wait(20) and pool.urls == [b.url]
+        assert pool.ask(model="m", prompt="q2", image_jpeg=None, max_tokens=2).server == b.url
+        assert [s.name for s in merge_rows([pool_rows(pool)])] == [server_name(b.url)]  # a is off the per-server part
+        assert pool_retries(pool) == 1  # was 0: a's retry had left with it
+        totals = pool.totals()
+        assert (totals.requests, totals.answered, totals.failures, totals.retries) == (3, 2, 1, 1)
+        usage = pool.usage()[a.url]
+        assert (usage.requests, usage.answered, usage.failures, usage.retries) == (2, 1, 1, 1)
+
+
+def test_under_xdist_a_finished_workers_retries_stay_in_the_total(pytester: pytest.Pytester) -> None:
+    """The controller drops a finished worker's servers (nothing in flight there any more)
+    but keeps the retries it counted."""
+    plugin = ProgressPlugin(pytester.parseconfig(), 1)
+    plugin.started, plugin._reporter, plugin._next_write = time.monotonic(), object(), float("inf")
+
+    def report(worker: str, retries: int) -> SimpleNamespace:
+        snap = {"worker": worker, "total": 10, "retries": retries,
+                "servers": [["http://gpu1:8000", True, 1, 4, False]]}
+        return SimpleNamespace(when="call", satbench_outcome="correct", satbench_progress=snap)
+
+    plugin.pytest_runtest_logreport(report("gw0", 2))  # type: ignore[arg-type]
+    plugin.pytest_runtest_logreport(report("gw1", 3))  # type: ignore[arg-type]
+    before = plugin.progress(time.monotonic())
+    assert before.retries == 5 and before.servers == (ServerShare("gpu1:8000", True, 2, 8),)
+    plugin.pytest_testnodedown(SimpleNamespace(gateway=SimpleNamespace(id="gw0")), None)
+    after = plugin.progress(time.monotonic())
+    assert after.retries == 5 and after.total == 10 and after.servers == (ServerShare("gpu1:8000", True, 1, 4),)
+    plugin.pytest_testnodedown(SimpleNamespace(gateway=SimpleNamespace(id="gw1")), None)
+    assert plugin.progress(time.monotonic()).retries == 5
 
 
 # ---------------------------------------------------------------------- runs, in a log
