@@ -1,5 +1,7 @@
 """The live progress line: answered / total, rate, elapsed, ETA, load per server, errors.
 
+(Just over 500 lines: the line's text and the xdist snapshots it is summed from change together.)
+
     satbench: 12,345/222,684 answered (5.5%) · 41.2 q/s · 5m12s elapsed · ETA 1h25m ·
       in flight gpu1:8000 230/256, gpu2:8000 DOWN · 3 errors, 12 retries
 
