@@ -26,6 +26,9 @@ other name, sent as is: the body is compressed although the client asked for ide
 The shares are spread evenly by reply number, so a run is reproducible; `replies` counts
 the chat replies written whole (each one a generation the client must not throw away).
 
+`JsonServer(reply, model=...)` is the bare one for a test that builds each reply itself:
+every chat request's JSON body goes to `reply`, whose JSON document is the answer.
+
 Using it from pytester: the server is a real TCP listener in the test process, so a pytest
 run by `pytester.runpytest()` (in-process) and by `pytester.runpytest_subprocess()` can both
 reach it: pass `srv.url` on the command line (`--servers`), and read the counters after the
@@ -553,6 +556,64 @@ def _handler_for(fake: FakeVLM) -> type[BaseHTTPRequestHandler]:
                     fake.in_flight -= 1
 
     return Handler
+
+
+class JsonServer:
+    """A purpose-built OpenAI-compatible server on 127.0.0.1 for a test whose replies FakeVLM's
+    options do not say: every POST answers 200 with `reply(body)` (the request's JSON body ->
+    the JSON document sent back), every GET with a /v1/models list naming `model`. HTTP/1.1
+    keep-alive as vLLM, one daemon thread per connection. Bound when made (`url` is known),
+    serving from `start()` or `with`, until `stop()`."""
+
+    def __init__(self, reply: Callable[[dict[str, Any]], Any], *, model: str = "m") -> None:
+        models = {"object": "list", "data": [{"id": model, "object": "model"}]}
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # as in FakeVLM: no 40 ms delayed-ACK wait per reply
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _json(self, doc: Any) -> None:
+                raw = json.dumps(doc).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                self._json(models)
+
+            def do_POST(self) -> None:
+                self._json(reply(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))))
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 256  # a client opening many connections at once: none refused under load
+
+        self._httpd = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> JsonServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> JsonServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def load_answer(spec: str) -> AnswerFn:

@@ -13,12 +13,12 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from datasets_fake import write_rsvqa
+from servers import JsonServer
 
 # question text -> (content, reasoning_content, finish_reason, reasoning_tokens reported, completion tokens)
 REPLIES: dict[str, tuple[str | None, str | None, str, int | None, int]] = {
@@ -39,53 +39,29 @@ class ReasoningServer:
     def __init__(self) -> None:
         self.asked: Counter[str] = Counter()
         self.lock = threading.Lock()
-        outer = self
+        self.httpd = JsonServer(self.reply, model="thinker").start()
+        self.url = self.httpd.url
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _json(self, doc: dict[str, Any]) -> None:
-                raw = json.dumps(doc).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def do_GET(self) -> None:
-                self._json({"object": "list", "data": [{"id": "thinker", "object": "model"}]})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                parts = body["messages"][-1]["content"]
-                prompt = " ".join(p["text"] for p in parts if p["type"] == "text")
-                key = next(k for k in REPLIES if k in prompt)
-                with outer.lock:
-                    outer.asked[key] += 1
-                content, reasoning, finish, r_tokens, c_tokens = REPLIES[key]
-                message: dict[str, Any] = {"role": "assistant", "content": content}
-                if reasoning is not None:
-                    message["reasoning_content"] = reasoning
-                usage: dict[str, Any] = {"prompt_tokens": 100, "completion_tokens": c_tokens,
-                                         "total_tokens": 100 + c_tokens}
-                if r_tokens is not None:
-                    usage["completion_tokens_details"] = {"reasoning_tokens": r_tokens}
-                self._json({"id": "x", "object": "chat.completion", "model": "thinker",
-                            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                            "usage": usage})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        parts = body["messages"][-1]["content"]
+        prompt = " ".join(p["text"] for p in parts if p["type"] == "text")
+        key = next(k for k in REPLIES if k in prompt)
+        with self.lock:
+            self.asked[key] += 1
+        content, reasoning, finish, r_tokens, c_tokens = REPLIES[key]
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        usage: dict[str, Any] = {"prompt_tokens": 100, "completion_tokens": c_tokens,
+                                 "total_tokens": 100 + c_tokens}
+        if r_tokens is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": r_tokens}
+        return {"id": "x", "object": "chat.completion", "model": "thinker",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage}
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.stop()
 
 
 @pytest.fixture

@@ -6,26 +6,22 @@ arms, the requests and summary.json's numbers as a run without the option."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import subprocess
 import sys
 import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from datasets_fake import _RSVQA_SAMPLES, write_rsvqa
 from PIL import Image
+from servers import JsonServer
 
 WRONG = {"presence": "no", "comp": "yes", "count": "7", "rural_urban": "rural"}
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256  # the client opens many connections at once: no refused one under load
 
 
 class SeedServer:
@@ -42,13 +38,11 @@ class SeedServer:
         self.threshold = threshold
         self.requests: Counter[tuple[str, int | None]] = Counter()  # (arm, seed)
         self.lock = threading.Lock()
-        self._httpd = _Server(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._httpd = JsonServer(self.reply)  # (the client opens many connections at once)
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._httpd.url
 
     def answer(self, prompt: str, image: bytes | None, seed: int | None) -> tuple[str, str]:
         qtype = next(t for t, (text, _) in _RSVQA_SAMPLES.items() if text in prompt)
@@ -59,53 +53,26 @@ class SeedServer:
             wrong = (seed != 0 and qtype == "presence") or (seed == 2 and qtype == "comp")
         return arm, WRONG[qtype] if wrong else _RSVQA_SAMPLES[qtype][1]
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as vLLM
-            disable_nagle_algorithm = True
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _json(self, obj: Any) -> None:
-                raw = json.dumps(obj).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def do_GET(self) -> None:
-                self._json({"object": "list", "data": [{"id": "m", "object": "model"}]})
-
-            def do_POST(self) -> None:
-                import base64
-
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                content = body["messages"][-1]["content"]
-                parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
-                prompt = "".join(p.get("text", "") for p in parts if p.get("type") == "text")
-                image = next((base64.b64decode(p["image_url"]["url"].split(",", 1)[1])
-                              for p in parts if p.get("type") == "image_url"), None)
-                arm, text = server.answer(prompt, image, body.get("seed"))
-                with server.lock:
-                    server.requests[arm, body.get("seed")] += 1
-                self._json({"id": "x", "object": "chat.completion", "model": "m",
-                            "choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant", "content": text}}],
-                            "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}})
-
-        return Handler
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        content = body["messages"][-1]["content"]
+        parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        prompt = "".join(p.get("text", "") for p in parts if p.get("type") == "text")
+        image = next((base64.b64decode(p["image_url"]["url"].split(",", 1)[1])
+                      for p in parts if p.get("type") == "image_url"), None)
+        arm, text = self.answer(prompt, image, body.get("seed"))
+        with self.lock:
+            self.requests[arm, body.get("seed")] += 1
+        return {"id": "x", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
 
     def __enter__(self) -> SeedServer:
-        self._thread.start()
+        self._httpd.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._httpd.stop()
 
 
 N_IMAGES = 3  # 4 question types each: 12 questions, 3 of each type
