@@ -71,9 +71,11 @@ class RuntimeConfig:
     command: tuple[str, ...] = ()
     servers_shown: tuple[str, ...] = ()  # how the servers are named in protocol.json
     # --servers @FILE: its first reading (engine/fleetfile.py), `urls` its servers; the pool
-    # follows the file, and says each change of the fleet with `on_servers_notice(line)`
+    # follows the file, and says each change of the fleet with `say_midrun(line)`
     servers_file: ServerList | None = field(default=None, compare=False)
-    on_servers_notice: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    # a line said to the terminal mid-run, from any thread (a change of the fleet, a distortion
+    # that could not be measured); the plugin queues it for pytest's thread. None: not said
+    say_midrun: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     dataset_hashes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     limit: int | None = None
     planned: Mapping[str, int] = field(default_factory=dict)  # questions selected per benchmark

@@ -107,7 +107,7 @@ class Runtime:
             raise StartError(str(exc)) from None
         self.images = ImagePipeline(
             codecs, store=self.store, cache_images=cfg.cache_images, cache_mb=cfg.cache_mb, disk_cache=self._disk_cache(),
-            lpips=self._lpips(), say=cfg.on_servers_notice,  # (the plugin's line to the terminal mid-run)
+            lpips=self._lpips(), say=cfg.say_midrun,  # (the plugin's line to the terminal mid-run)
         )
         stack.callback(self.images.close)
         proto = cfg.protocol(self.model, judge.model if judge else None)
@@ -181,7 +181,7 @@ class Runtime:
             return {}
         from pytest_satbench.engine.fleetfile import FileFleet
 
-        return {"fleet": FileFleet(cfg.servers_file, say=cfg.on_servers_notice), "on_notice": cfg.on_servers_notice}
+        return {"fleet": FileFleet(cfg.servers_file, say=cfg.say_midrun), "on_notice": cfg.say_midrun}
 
     def _open_judge(self) -> Judge | None:
         cfg = self.cfg

@@ -198,7 +198,7 @@ class RunController:
             process=str(workerinput.get("workerid", "main")),
             command=("pytest", *state.config.invocation_params.args),
             servers_shown=("builtin reference server",) if s.builtin_server else (),
-            servers_file=s.servers_file, on_servers_notice=self._fleet_notice,
+            servers_file=s.servers_file, say_midrun=self._say_midrun,
             dataset_hashes=state.dataset_hashes, planned=state.planned,
             order={"kind": "random", "seed": s.seed} if s.asking_order == "random" else {"kind": s.asking_order},
             sequential=seq.protocol() if (seq := self._sequential()) is not None else {},
@@ -245,8 +245,9 @@ class RunController:
         # called on a request thread: the line is written by pytest's thread (`say_server_states`)
         self._server_lines.put(f"satbench: server {server} is {'back' if up else 'DOWN'}: {reason}")
 
-    def _fleet_notice(self, line: str) -> None:
-        # a --servers @FILE change (engine/fleetfile.py, the pool's joins and leaves): as above
+    def _say_midrun(self, line: str) -> None:
+        # any line said mid-run (a --servers @FILE change: engine/fleetfile.py, the pool's joins
+        # and leaves; a distortion not measured: engine/images.py), from any thread: as above
         self._server_lines.put(f"satbench: {line}")
 
     def _drain_server_lines(self) -> list[str]:
