@@ -20,7 +20,17 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 
 from pytest_satbench.core import judge as J
-from pytest_satbench.core.arms import BLIND, image_arm, is_repeat, judge_arm, repeat_arm, sample_arm, sample_of
+from pytest_satbench.core.arms import (
+    BLIND,
+    ORIG,
+    image_arm,
+    is_recon,
+    is_repeat,
+    judge_arm,
+    repeat_arm,
+    sample_arm,
+    sample_of,
+)
 from pytest_satbench.core.question import Question
 from pytest_satbench.core.records import AnswerRow
 from pytest_satbench.core.redact import redact
@@ -102,6 +112,15 @@ class Judge:
 # Request threads beyond what the limits allow in flight: they wait for a slot, so a raised
 # limit is filled at once, and 4 bound the threads by the limits (engine/limits.py).
 SPARE_THREADS = 4
+
+
+def _sent_pairs(stored: dict[str, AnswerRow]) -> list[tuple[str, str]]:
+    """(orig's, arm's sha256 of the bytes sent) of each reconstruction arm's stored answer: the
+    keys of their distortion (`ResultStore.distortion`)."""
+    o = stored.get(ORIG)
+    if o is None or not o.image_sha256:
+        return []
+    return [(o.image_sha256, r.image_sha256) for a, r in stored.items() if is_recon(a) and r.image_sha256]
 
 
 class QuestionRunner:
@@ -233,6 +252,12 @@ class QuestionRunner:
         arms = self.arms_for(job)
         missing = [a for a in arms if a not in stored]
         if not missing:
+            if self.images.lacks_distortion(_sent_pairs(stored)):
+                # every answer is stored, a pair's distortion is not (measured off, or before it
+                # existed): the image is prepared to measure it, nothing is asked
+                self.images.get(job.question.image).add_done_callback(
+                    lambda _f: self._finish(job, result, size, done))
+                return done
             self._finish(job, result, size, done)
             return done
 

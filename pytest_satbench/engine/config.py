@@ -51,6 +51,7 @@ class RuntimeConfig:
     # and at most this many MB of them (JPEG and base64 of every arm; engine/images.py)
     cache_mb: int = 64
     lpips_weights: Path | None = None  # --lpips-weights: LPIPS measured with these (engine/lpips.py)
+    distortion: str = "on"  # --distortion: "off" measures no distortion (engine/images.py)
     request_timeout: float = 600.0
     retries: int = 4
     max_reply_bytes: int = 8 * 2**20  # a longer reply body is a failure

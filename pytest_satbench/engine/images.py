@@ -11,7 +11,10 @@ difference between the arms is the codec.
 
 Each reconstruction's distortion against the original, both as sent (engine/distortion.py), is
 measured here once per pair of images sent and kept in the store (`ResultStore.distortion`), so
-a resumed run and every report reuse it.
+a resumed run and every report reuse it. A question whose answers are all stored prepares its
+image only when a pair it was sent as has no distortion stored (`lacks_distortion`), so a run
+with `--distortion on` after one with `--distortion off` measures what is missing and asks
+nothing. `--distortion off` (`measure_distortion=False`) measures nothing.
 """
 
 from __future__ import annotations
@@ -88,8 +91,10 @@ class ImagePipeline:
         disk_cache: DiskCache | None = None,
         lpips: object | None = None,
         say: Callable[[str], None] | None = None,
+        measure_distortion: bool = True,
     ) -> None:
-        """`lpips`: an `engine.lpips.LPIPS` (--lpips-weights), None: LPIPS is not computed;
+        """`measure_distortion`: False (--distortion off): no distortion is measured or looked up;
+        `lpips`: an `engine.lpips.LPIPS` (--lpips-weights), None: LPIPS is not computed;
         `say`: where a distortion that could not be measured is said, one line (None: kept in
         `distortion_notes` only)."""
         self.codecs = codecs
@@ -118,6 +123,9 @@ class ImagePipeline:
         self.say = say
         self.distortions_computed = 0  # (orig, arm) pairs measured here, not found in the store
         self.distortion_notes: list[str] = []  # the first lines said about unmeasured distortion
+        self.measure_distortion = measure_distortion
+        # pairs known to have their distortion stored, or tried here: looked up once per run
+        self._distortion_seen: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ identity
     def codec_identity(self, arm: str) -> str:
@@ -255,8 +263,12 @@ class ImagePipeline:
     def _measure_distortion(self, ref: ImageRef, arms: dict[str, ArmImage]) -> None:
         """Fill each reconstruction arm's `distortion`: the store's, else measured here and kept.
         A pair that cannot be measured keeps None and is said once (its answers still count)."""
+        if not self.measure_distortion:
+            return
         orig = arms[ORIG]
         weights = getattr(self.lpips, "weights_sha256", None)
+        with self._info_lock:
+            self._distortion_seen.update((orig.sha256, a.sha256) for n, a in arms.items() if n != ORIG)
         orig_rgb = None
         for name, arm in arms.items():
             if name == ORIG:
@@ -293,6 +305,27 @@ class ImagePipeline:
                 except StoreError:  # the store failed since: its answers' writes say so, one line
                     pass
             arms[name] = replace(arm, distortion=found)
+
+    def lacks_distortion(self, pairs: list[tuple[str, str]]) -> bool:
+        """Whether one of these (orig sha256, arm sha256) pairs of stored answers has no distortion
+        stored (nor LPIPS, with --lpips-weights) and was not tried in this run: its image is then
+        prepared to measure it. Each pair is looked up in the store once per run."""
+        if not self.measure_distortion or self.store is None or self.store.failure is not None:
+            return False
+        weights = getattr(self.lpips, "weights_sha256", None)
+        for pair in pairs:
+            with self._info_lock:
+                if pair in self._distortion_seen:
+                    continue
+            try:
+                found = self.store.distortion(*pair, lpips_weights=weights)
+            except (StoreError, sqlite3.Error):
+                return False  # a failing store: its answers' writes say so
+            if found is None or (self.lpips is not None and found.lpips is None):
+                return True
+            with self._info_lock:
+                self._distortion_seen.add(pair)
+        return False
 
     def _distortion_note(self, line: str) -> None:
         with self._info_lock:

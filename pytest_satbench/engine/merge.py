@@ -43,11 +43,12 @@ from pytest_satbench.engine.store import ResultStore, store_error
 __all__ = ["MAY_DIFFER", "MergeError", "MergeResult", "merge_stores", "protocol_conflict"]
 
 # Protocol fields that may differ between the runs of one tag (the shards of a job array, a
-# resume): how and where a run was made, and how much of the benchmark it set out to answer.
+# resume): how and where a run was made, how much of the benchmark it set out to answer, and
+# whether it measured distortion (no answer depends on it).
 # Every other field must agree. `served_model` and `judge` are compared by the parts that change
 # answers (the weights' root, the judge's model), not by context length or address.
 MAY_DIFFER = frozenset({"command", "date", "servers", "servers_file", "planned", "shard", "limit", "order",
-                        "sequential", "plugin_version", "tag"})
+                        "sequential", "plugin_version", "tag", "distortion"})
 
 _BATCH = 5000  # rows fetched and inserted at a time: a 222k-answer store is never held whole
 

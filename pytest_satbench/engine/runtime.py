@@ -108,12 +108,16 @@ class Runtime:
         self.images = ImagePipeline(
             codecs, store=self.store, cache_images=cfg.cache_images, cache_mb=cfg.cache_mb, disk_cache=self._disk_cache(),
             lpips=self._lpips(), say=cfg.say_midrun,  # (the plugin's line to the terminal mid-run)
+            measure_distortion=cfg.distortion != "off",
         )
         stack.callback(self.images.close)
         proto = cfg.protocol(self.model, judge.model if judge else None)
         card = self.pool.model_card(self.model)
         # the same model id can be other weights: what the server says of it is kept with the run
         proto["served_model"] = {"root": card.root, "max_model_len": card.max_model_len} if card else None
+        # whether distortion was measured (not part of any answer's fingerprint: merge.MAY_DIFFER)
+        proto["distortion"] = {"measured": self.images.measure_distortion,
+                               "lpips_weights_sha256": getattr(self.images.lpips, "weights_sha256", None)}
         proto["codec_identity"] = {
             a: self.images.codec_identity(a) for a in self.images.arms if self.images.codec_identity(a)
         }
@@ -200,6 +204,10 @@ class Runtime:
         """LPIPS with --lpips-weights (None without): a file that is not LPIPS-Alex weights stops the
         start with one line naming it."""
         if self.cfg.lpips_weights is None:
+            return None
+        if self.cfg.distortion == "off":
+            self.notices.append(f"--lpips-weights {self.cfg.lpips_weights}: not read, --distortion off measures no "
+                                "distortion (LPIPS included)")
             return None
         from pytest_satbench.engine.lpips import LPIPS, LpipsWeightsError
 

@@ -539,6 +539,10 @@ OPTIONS: tuple[Option, ...] = (
            "from this file: a torch state dict of AlexNet's features and LPIPS' linear layers (docs/distortion.md; "
            "needs torch)", parse=_lpips_weights, ini="satbench_lpips_weights", metavar="PATH",
            config="lpips_weights", default_doc="not computed (PSNR, SSIM and MS-SSIM are)"),
+    Option("--distortion", "on: PSNR, SSIM, MS-SSIM (and LPIPS) of each reconstruction against the original, "
+           "measured once per image and arm (about 64 ms CPU at 512x512) and kept in the store; off: not measured, "
+           "the reports say so; answers are reused either way (docs/distortion.md)", choices=("on", "off"),
+           ini="satbench_distortion", config="distortion"),
     Option("--cache-images", "prepared images kept in memory", parse=integer(),
            ini="satbench_cache_images", metavar="N", config="cache_images"),
     Option("--cache-mb", "MB of prepared images kept in memory (at 512x512 about 1 MB an image with two arms; "
@@ -667,6 +671,7 @@ class Settings:
     cache_images: int = _D["cache_images"]
     cache_mb: int = _D["cache_mb"]
     lpips_weights: Path | None = _D["lpips_weights"]
+    distortion: str = _D["distortion"]
     request_timeout: float = _D["request_timeout"]
     retries: int = _D["retries"]
     give_up_after: float = _D["give_up_after"]

@@ -23,7 +23,7 @@ from pytest_satbench.core.distortion_flips import FlipTable
 from pytest_satbench.core.results import BenchmarkResult, QuestionResult
 from pytest_satbench.engine.store import ResultStore
 from pytest_satbench.report import content, files, html, markdown, why
-from pytest_satbench.report.build import add_flips, collect, distortion_flips
+from pytest_satbench.report.build import add_flips, collect, distortion_flips, distortion_measured
 from pytest_satbench.report.gallery import MAX_GALLERY, RegressedPicker, build_gallery
 
 __all__ = ["RunReports", "report_dir", "write_reports"]
@@ -200,7 +200,8 @@ def _write_one(data: BenchmarkResult, streamed: _Streamed, gates: list[dict[str,
     total = streamed.gallery.total
     protocol = files.protocol_dict(data)
     answers = analyse(data)  # once: summary.json, the two CSVs and the documents share it
-    distortion = distortion_flips(store, streamed.flips, iterations=data.stats.iterations, seed=data.stats.seed)
+    distortion = distortion_flips(store, streamed.flips, iterations=data.stats.iterations, seed=data.stats.seed,
+                                  measured=distortion_measured(data.protocol))
     files.write_json(folder / "protocol.json", protocol)
     files.write_json(folder / "summary.json", files.summary_dict(data, gates, total, gallery, answers, asked_anew,
                                                                  distortion))

@@ -280,12 +280,26 @@ def add_flips(table: FlipTable, it: QuestionResult) -> None:
             table.add(arm, image, it.types, orig, it.correct(arm), flip_pair(it, arm))
 
 
-def distortion_flips(store: Any, table: FlipTable, *, iterations: int, seed: int = 0) -> DistortionResult:
+# DistortionResult.absent of a run made with --distortion off (its protocol's distortion.measured)
+NOT_MEASURED = "not measured (--distortion off)"
+
+
+def distortion_measured(protocol: Mapping[str, Any]) -> bool:
+    """Whether the run measured distortion: its protocol's `distortion.measured` (runs recorded
+    before --distortion existed always did)."""
+    return bool((protocol.get("distortion") or {}).get("measured", True))
+
+
+def distortion_flips(store: Any, table: FlipTable, *, iterations: int, seed: int = 0,
+                     measured: bool = True) -> DistortionResult:
     """Ask the store (None: not asked, no section), in one query, for the distortion of every (original, reconstruction) pair
     the benchmark's questions were sent as, and compute the flips against it. A store that keeps
-    no distortion, or none for these images, gives the reason instead of a figure."""
+    no distortion, or none for these images, gives the reason instead of a figure; a run with
+    --distortion off (`measured` False) is not asked: `NOT_MEASURED`, whatever earlier runs stored."""
     if not table.arms or store is None:
         return DistortionResult(None)
+    if not measured:
+        return DistortionResult(None, absent=NOT_MEASURED)
     fetch = getattr(store, "distortions", None)
     if fetch is None:
         return DistortionResult(None, absent="the store these answers were read from keeps no distortion per image "

@@ -80,7 +80,7 @@ ANSWER_CHARS = 300  # an answer as kept for the browser
 DIRECTIONS = (("A right, B wrong", "a_right"), ("A wrong, B right", "b_right"))
 # protocol fields that say nothing about what an answer measures (or are shown per side)
 _BOOKKEEPING = ("run_id", "tag", "date", "command", "planned", "servers", "servers_file", "arms", "codec_identity",
-                "datasets", "shard")
+                "datasets", "shard", "distortion")
 
 
 class CompareError(Exception):

@@ -27,7 +27,7 @@ from pytest_satbench.core.text_summary import not_run_line, render_stats, shard_
 from pytest_satbench.core.usage import ServerUsage, resized_line, visual_summary
 from pytest_satbench.engine.config import sampling_of
 from pytest_satbench.report import plots
-from pytest_satbench.report.build import DistortionResult, token_curve
+from pytest_satbench.report.build import NOT_MEASURED, DistortionResult, token_curve
 from pytest_satbench.report.document import (
     Block,
     Card,
@@ -775,7 +775,10 @@ def _distortion(data: BenchmarkResult, got: DistortionResult | None, labels: Map
         return []  # not computed here, or no reconstruction arm
     out: list[Block] = [Heading(2, rich("Flips against distortion"))]
     if got.flips is None:
-        out.append(Paragraph(rich(f"No figure: {got.absent}.")))
+        out.append(Paragraph(rich(
+            f"Distortion: {NOT_MEASURED}: this run measured no PSNR, SSIM, MS-SSIM or LPIPS (a run with ",
+            Code("--distortion on"), " measures them and asks nothing again).") if got.absent == NOT_MEASURED
+            else rich(f"No figure: {got.absent}.")))
         return out
     fl = got.flips
     out.append(Paragraph(rich(

@@ -1,7 +1,8 @@
 """Distortion in real runs of the demo against the bundled reference server: every reconstruction
 answer's pair of images sent has its row in the store, a second run that prepares the images
-again measures only the pairs it has not seen (counted by the rows it writes), and a weights file
-that is not LPIPS' stops the start with one line."""
+again measures only the pairs it has not seen (counted by the rows it writes), a weights file
+that is not LPIPS' stops the start with one line, and a run with --distortion off measures
+nothing and says so, after which a run with it on measures every pair and asks nothing."""
 
 from __future__ import annotations
 
@@ -68,3 +69,48 @@ def test_a_weights_file_that_is_not_lpips_is_one_line(pytester: pytest.Pytester)
     lines = [line for line in result.errlines if line.strip()]
     assert len(lines) == 1, lines
     result.stderr.fnmatch_lines([f"ERROR: satbench: --lpips-weights {weights}: not a torch state dict (*"])
+
+
+def _requests(path: Path) -> list[int]:
+    """Chat requests each run sent, oldest run first."""
+    with sqlite3.connect(path) as conn:
+        return [n for (n,) in conn.execute(
+            "SELECT COALESCE(SUM(t.requests), 0) FROM runs r LEFT JOIN run_traffic t ON t.run_id = r.run_id "
+            "GROUP BY r.run_id ORDER BY r.started")]
+
+
+def test_distortion_off_measures_nothing_and_a_later_run_measures_it_asking_nothing(pytester: pytest.Pytester) -> None:
+    import json
+
+    pytester.makeini("[pytest]\n")
+    shutil.copytree(BENCHMARKS, pytester.path / "benchmarks")
+    report = pytester.path / "reports" / "demo" / "default"
+    off = pytester.runpytest_subprocess(*ARGS, "--distortion", "off")
+    assert off.ret == 0, off.stdout.str()
+    store = _store(pytester)
+    assert _distortion_rows(store) == {}
+    pairs = _answer_pairs(store, "jpeg:quality=10")
+    assert pairs
+    assert json.loads((report / "protocol.json").read_text())["distortion"] == {
+        "measured": False, "lpips_weights_sha256": None}
+    assert "Distortion: not measured (--distortion off)" in (report / "report.md").read_text()
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["distortion_flips"] == {"absent": "not measured (--distortion off)"}
+    assert all(not row["psnr"] for row in _csv(report / "per_image.csv"))
+    assert not any("psnr" in json.loads(line) for line in (report / "predictions.jsonl").read_text().splitlines())
+
+    on = pytester.runpytest_subprocess(*ARGS)  # the default: on
+    assert on.ret == 0, on.stdout.str()
+    first, second = _requests(store)
+    assert first > 0 and second == 0  # every answer reused
+    assert set(_distortion_rows(store)) == pairs  # and every pair measured
+    assert json.loads((report / "protocol.json").read_text())["distortion"]["measured"] is True
+    assert "Distortion: not measured" not in (report / "report.md").read_text()
+    assert all(float(row["psnr"]) > 15 for row in _csv(report / "per_image.csv"))
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))

@@ -133,6 +133,7 @@ def ini_cases(d1: Path, d2: Path) -> dict[str, IniCase]:
         # an existing file (what it holds is checked when the run starts)
         "--lpips-weights": (str(_touch(d1 / "w.pth")), str(_touch(d2 / "w.pth")), lambda s: s.lpips_weights,
                             (d1 / "w.pth").resolve(), (d2 / "w.pth").resolve()),
+        "--distortion": ("off", "on", lambda s: s.distortion, "off", "on"),
         "--request-timeout": ("30", "2.5", lambda s: s.request_timeout, 30.0, 2.5),
         "--retries": ("0", "2", lambda s: s.retries, 0, 2),
         "--give-up-after": ("30", "5", lambda s: s.give_up_after, 30.0, 5.0),
@@ -183,6 +184,7 @@ BAD_VALUES: dict[str, tuple[str, str]] = {
     "--concurrency": ("many", "--concurrency: expected auto, N (per server) or total:N, got 'many'"),
     "--concurrency-control": ("auto", "--concurrency-control: expected one of adaptive, fixed, got 'auto'"),
     "--metrics": ("on", "--metrics: expected one of auto, off, got 'on'"),
+    "--distortion": ("no", "--distortion: expected one of on, off, got 'no'"),
     "--cache-images": ("0", "--cache-images: must be at least 1, got 0"),
     "--cache-mb": ("0", "--cache-mb: must be at least 1, got 0"),
     "--lpips-weights": ("/nonexistent/alex.pth", "--lpips-weights: /nonexistent/alex.pth is not a file; pass the *"),
