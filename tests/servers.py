@@ -1,5 +1,7 @@
 """Loopback OpenAI-compatible test servers that misbehave on request.
 
+(Over 500 lines: one home for every purpose-built test server, so no test file grows its own.)
+
 `FakeVLM` is a real `ThreadingHTTPServer` on 127.0.0.1 (an ephemeral port) running in a
 daemon thread, speaking HTTP/1.1 keep-alive like vLLM does:
 
