@@ -114,3 +114,15 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def test_distortion_off_does_not_read_the_lpips_weights_and_says_so(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\n")
+    shutil.copytree(BENCHMARKS, pytester.path / "benchmarks")
+    weights = pytester.path / "alex.pth"
+    weights.write_text("not a torch file")  # read, this would stop the start (the test above)
+    result = pytester.runpytest_subprocess(*ARGS, "--distortion", "off", "--lpips-weights", str(weights))
+    assert result.ret == 0, result.stdout.str()
+    said = result.stdout.str() + result.stderr.str()
+    assert f"--lpips-weights {weights}: not read, --distortion off measures no distortion" in said
+    assert _distortion_rows(_store(pytester)) == {}
