@@ -161,8 +161,13 @@ class Runtime:
                 # Twice what the caps allow in flight, not what the limits allow now: items are
                 # consumed in order, so answers that came back early wait for the slowest one
                 # ahead of them and hold their places; a window sized by the limits would
-                # starve the servers, and limits that see no demand would never rise.
-                key=lambda item: item.nodeid, window=min(max(2 * self.pool.max_possible_in_flight(), 8), MAX_WINDOW),
+                # starve the servers, and limits that see no demand would never rise. Read before
+                # each submission: servers still in their start-up check, or joining from a
+                # --servers @FILE, count once they serve (read once at the start, the window was
+                # sized for the servers that had passed their check by then, and a server that
+                # joined later could be left with nothing to do).
+                key=lambda item: item.nodeid,
+                window=lambda: min(max(2 * self.pool.max_possible_in_flight(), 8), MAX_WINDOW),
             )
             stack.callback(self.lookahead.stop)
             self.lookahead.start()
